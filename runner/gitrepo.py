@@ -1,0 +1,258 @@
+"""The git adapter: the one module that imports GitPython.
+
+Every git command goes through `Repo._git`. Nothing here checks out, resets or touches the
+user's working tree, index or HEAD: trees are built on a temporary index, commits with
+`commit-tree`, and refs move only by compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+import git.exc
+from gitdb.base import IStream
+
+from runner.errors import GitError
+
+ZERO = "0" * 40
+FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "retcon-sandbox",
+    "GIT_AUTHOR_EMAIL": "retcon-sandbox@localhost",
+    "GIT_COMMITTER_NAME": "retcon-sandbox",
+    "GIT_COMMITTER_EMAIL": "retcon-sandbox@localhost",
+}
+# Never let repository content steer the host's git: no external diff or textconv drivers.
+SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    sha: str
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """A path's new state: `None` deletes it."""
+
+    path: str
+    entry: TreeEntry | None
+
+
+class Repo:
+    @classmethod
+    def init(cls, path: Path, branch: str = "main") -> Repo:
+        try:
+            git.Repo.init(path, initial_branch=branch)
+        except git.exc.GitError as exc:
+            raise GitError(f"cannot create a repository in {path}: {exc}") from None
+        return cls(path)
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self._repo = git.Repo(path, search_parent_directories=True)
+        except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError):
+            raise GitError(f"{path} is not inside a git repository",
+                           "Run retcon-sandbox from the repository, or put the spec there."
+                           ) from None
+        if self._repo.bare:
+            self.root = Path(self._repo.git_dir)
+        else:
+            self.root = Path(self._repo.working_tree_dir or path)
+        self._identity_env: dict[str, str] | None = None
+
+    # -- the one door to git ----------------------------------------------------------------
+
+    def _git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
+             strip: bool = True) -> str:
+        command = ["git", *args]
+        full_env = {**os.environ, **(env or {})}
+        try:
+            if stdin is None:
+                out = self._repo.git.execute(command, env=full_env, strip_newline_in_stdout=strip)
+            else:
+                with tempfile.TemporaryFile() as handle:
+                    handle.write(stdin)
+                    handle.seek(0)
+                    out = self._repo.git.execute(command, env=full_env, istream=handle,
+                                                 strip_newline_in_stdout=strip)
+        except git.exc.GitCommandError as exc:
+            detail = (exc.stderr or "").strip().removeprefix("stderr: ").strip("'\n ")
+            raise GitError(f"git {args[0]} failed: {detail or exc}") from None
+        return str(out)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def resolve(self, rev: str) -> str:
+        try:
+            return self._git("rev-parse", "--verify", "--quiet", "--end-of-options",
+                             f"{rev}^{{commit}}")
+        except GitError:
+            raise GitError(f"unknown revision {rev!r}",
+                           f"Check the branch name; `git branch -a` lists them in {self.root}."
+                           ) from None
+
+    def branch_sha(self, branch: str) -> str | None:
+        try:
+            return self._git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
+        except GitError:
+            return None
+
+    def merge_base(self, a: str, b: str) -> str:
+        try:
+            return self._git("merge-base", a, b)
+        except GitError:
+            raise GitError(f"{a[:12]} and {b[:12]} share no history (no merge-base)") from None
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        try:
+            self._git("merge-base", "--is-ancestor", ancestor, descendant)
+        except GitError:
+            return False
+        return True
+
+    def exists(self, sha: str) -> bool:
+        try:
+            self._git("cat-file", "-e", f"{sha}^{{commit}}")
+        except GitError:
+            return False
+        return True
+
+    def tree_of(self, commit: str) -> str:
+        return self._git("rev-parse", f"{commit}^{{tree}}")
+
+    def parent_of(self, commit: str) -> str | None:
+        out = self._git("rev-list", "--parents", "-n", "1", commit).split()
+        return out[1] if len(out) > 1 else None
+
+    def message_of(self, commit: str) -> str:
+        return self._git("log", "-1", "--format=%B", commit, strip=False).rstrip("\n")
+
+    def head_branch(self) -> str | None:
+        try:
+            return self._git("symbolic-ref", "--quiet", "--short", "HEAD")
+        except GitError:
+            return None
+
+    def diff(self, old: str, new: str, paths: tuple[str, ...] = ()) -> str:
+        return self._git("diff", *SAFE_DIFF, old, new, "--", *paths, strip=False)
+
+    def diff_stat(self, old: str, new: str) -> str:
+        return self._git("diff", *SAFE_DIFF, "--stat=120,80", old, new)
+
+    def changed_paths(self, old: str, new: str) -> list[str]:
+        out = self._git("diff", *SAFE_DIFF, "--name-only", "-z", old, new, strip=False)
+        return [p for p in out.split("\0") if p]
+
+    def ls_tree(self, tree: str) -> dict[str, TreeEntry]:
+        out = self._git("ls-tree", "-r", "-z", "--full-tree", tree, strip=False)
+        entries: dict[str, TreeEntry] = {}
+        for record in out.split("\0"):
+            if not record:
+                continue
+            meta, path = record.split("\t", 1)
+            mode, _kind, sha = meta.split()
+            entries[path] = TreeEntry(mode, sha)
+        return entries
+
+    def blob(self, sha: str) -> bytes:
+        try:
+            data: bytes = self._repo.odb.stream(bytes.fromhex(sha)).read()
+        except (ValueError, git.exc.GitError) as exc:
+            raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
+        return data
+
+    def log(self, base: str, tip: str) -> list[tuple[str, str]]:
+        out = self._git("log", "--reverse", "--format=%H %s", f"{base}..{tip}")
+        return [(line[:40], line[41:]) for line in out.splitlines() if line]
+
+    # -- writing objects (never files) ------------------------------------------------------
+
+    def write_blob(self, data: bytes) -> str:
+        stream = self._repo.odb.store(IStream(b"blob", len(data), io.BytesIO(data)))
+        return str(stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha)
+
+    def make_tree(self, base_tree: str, changes: list[FileChange]) -> str:
+        """Base tree plus changes, through a temporary index; the user's index is never used."""
+        if not changes:
+            return base_tree
+        lines = []
+        for change in changes:
+            if change.entry is None:
+                lines.append(f"0 {ZERO}\t{change.path}")
+            else:
+                lines.append(f"{change.entry.mode} {change.entry.sha}\t{change.path}")
+        with tempfile.TemporaryDirectory(prefix="retcon-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self._git("read-tree", base_tree, env=env)
+            self._git("update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode(),
+                      env=env)
+            return self._git("write-tree", env=env)
+
+    def commit_tree(self, tree: str, parent: str, message: str) -> str:
+        return self._git("commit-tree", tree, "-p", parent, "-F", "-",
+                         stdin=(message.rstrip("\n") + "\n").encode(), env=self._identity())
+
+    def _identity(self) -> dict[str, str]:
+        if self._identity_env is None:
+            try:
+                self._git("var", "GIT_COMMITTER_IDENT")
+                self._git("var", "GIT_AUTHOR_IDENT")
+                self._identity_env = {}
+            except GitError:
+                self._identity_env = {k: v for k, v in FALLBACK_IDENTITY.items()
+                                      if k not in os.environ}
+        return self._identity_env
+
+    def update_branch(self, branch: str, new: str, old: str | None, reason: str) -> None:
+        """Compare-and-swap: move refs/heads/<branch> to `new` only if it is still at `old`."""
+        try:
+            self._git("update-ref", "-m", f"retcon-sandbox: {reason}", f"refs/heads/{branch}",
+                      new, old or ZERO)
+        except GitError as exc:
+            raise GitError(f"branch {branch!r} moved while retcon-sandbox was working on it "
+                           f"({exc.message})", "Rerun: the run resumes from the spec.") from None
+
+    def commit_files(self, branch: str, files: dict[str, str | None], message: str) -> str:
+        """Commit `files` (None deletes) on top of `branch` (created if missing): our own content
+        only, for the demo and the tests."""
+        parent = self.branch_sha(branch)
+        base = self.tree_of(parent) if parent else self._git("mktree", stdin=b"")
+        changes = [FileChange(p, TreeEntry("100644", self.write_blob(c.encode())) if c is not None
+                              else None) for p, c in files.items()]
+        tree = self.make_tree(base, changes)
+        args = ["commit-tree", tree, "-F", "-"] + (["-p", parent] if parent else [])
+        sha = self._git(*args, stdin=message.encode(), env=self._identity())
+        self.update_branch(branch, sha, parent, "commit")
+        return sha
+
+    def check_out(self, branch: str) -> None:
+        """Point HEAD at `branch` and fill the working tree: only for repositories we made."""
+        self._git("checkout", "-q", "-f", branch)
+
+    # -- the tree as a tar stream, built from objects --------------------------------------
+
+    def tar_of_tree(self, tree: str) -> bytes:
+        """An uncompressed tar of `tree`, built from git objects (no `.gitattributes` applied)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path, entry in sorted(self.ls_tree(tree).items()):
+                info = tarfile.TarInfo(path)
+                info.mtime = 0
+                if entry.mode == "120000":
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = self.blob(entry.sha).decode("utf-8", "surrogateescape")
+                    tar.addfile(info)
+                elif entry.mode in ("100644", "100755"):
+                    data = self.blob(entry.sha)
+                    info.size = len(data)
+                    info.mode = 0o755 if entry.mode == "100755" else 0o644
+                    tar.addfile(info, io.BytesIO(data))
+                # submodules (160000) have no content here: skipped
+        return buffer.getvalue()

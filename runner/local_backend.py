@@ -1,0 +1,78 @@
+"""The local-directory backend: the helper as a plain subprocess in a temporary directory.
+
+It isolates nothing. It exists so the loop can be tested without Docker, and a user gets it
+only by asking for it by name (`--sandbox local`), with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from runner.errors import SandboxError
+from runner.sandbox_api import HELPER_SOURCE, HelperSandbox, check_isolation
+
+
+class PipeTransport:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def readline(self) -> bytes:
+        assert self._proc.stdout is not None
+        return self._proc.stdout.readline()
+
+    def close(self) -> None:
+        if self._proc.stdin:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+
+    def describe_failure(self) -> str:
+        return f"the local helper exited with {self._proc.poll()}"
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        # Trusted code only: the host's PATH, so the host's toolchain is what runs.
+        self._env = {"PATH": os.environ.get("PATH", ""), **(env or {})}
+
+    @contextlib.contextmanager
+    def open(self, label: str) -> Iterator[HelperSandbox]:
+        root = Path(tempfile.mkdtemp(prefix="retcon-local-"))
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", str(HELPER_SOURCE), "--workspace", str(root / "workspace"),
+                 "--no-isolation-checks"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root)
+        except OSError as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            raise SandboxError(f"cannot start the local helper: {exc}") from None
+        box = HelperSandbox(PipeTransport(proc), self._env)
+        try:
+            check_isolation(box, "the local sandbox")
+            yield box
+        finally:
+            box.close()
+            shutil.rmtree(root, ignore_errors=True)
+
+    def reap(self) -> int:
+        return 0

@@ -1,0 +1,119 @@
+"""The working state of one logical commit: the tree that went into the sandbox, plus the host's
+record of every change made since. Commits are made from this record, never from the sandbox's
+files, so nothing a build leaves behind can reach a commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.gitrepo import FileChange, Repo, TreeEntry
+from runner.paths import PathRefused, repo_path
+from runner.sandbox_api import CommandResult, Sandbox, ToolFailure
+
+DIFF_CAP = 200_000
+
+
+@dataclass(frozen=True)
+class Commands:
+    build: str | None
+    test: str | None
+    timeout: float
+
+
+class WorkState:
+    def __init__(self, repo: Repo, box: Sandbox, base_tree: str, source: str,
+                 commands: Commands) -> None:
+        self.repo = repo
+        self.box = box
+        self.base_tree = base_tree
+        self.source = source
+        self.commands = commands
+        self._base_entries = repo.ls_tree(base_tree)
+        self._changes: dict[str, FileChange] = {}
+
+    # -- the record -------------------------------------------------------------------------
+
+    def changes(self) -> list[FileChange]:
+        return list(self._changes.values())
+
+    def tree(self) -> str:
+        return self.repo.make_tree(self.base_tree, self.changes())
+
+    def committed(self, tree: str) -> None:
+        """The record became a commit with `tree`: that is the new base."""
+        self.base_tree = tree
+        self._base_entries = self.repo.ls_tree(tree)
+        self._changes.clear()
+
+    def _mode(self, path: str) -> str:
+        current = self._changes.get(path)
+        entry = current.entry if current else self._base_entries.get(path)
+        return entry.mode if entry and entry.mode == "100755" else "100644"
+
+    # -- what the tools and the deterministic steps do ------------------------------------
+
+    def put(self, path: str, entry: TreeEntry | None) -> str:
+        """Set `path` to a blob already in the repository (or delete it): `paths` commits."""
+        if entry is None:
+            summary = self.box.delete_file(path)
+        else:
+            summary = self.box.write_file(path, self.repo.blob(entry.sha), entry.mode).summary
+        self._changes[path] = FileChange(path, entry)
+        return summary
+
+    def write_file(self, path: str, content: str) -> str:
+        path = _checked(path)
+        data = content.encode("utf-8")
+        mode = self._mode(path)
+        result = self.box.write_file(path, data, mode)
+        if result.status != "unchanged":
+            self._changes[path] = FileChange(path, TreeEntry(mode, self.repo.write_blob(data)))
+        if result.diff:
+            return f"{result.summary}\n{result.diff}"
+        return result.summary
+
+    def delete_file(self, path: str) -> str:
+        path = _checked(path)
+        summary = self.box.delete_file(path)
+        self._changes[path] = FileChange(path, None)
+        return summary
+
+    def read_file(self, path: str, offset: int | None, limit: int | None) -> str:
+        return self.box.read_file(_checked(path), offset, limit).text
+
+    def list_files(self, path: str | None) -> str:
+        files = self.box.list_files(_checked(path) if path else None)
+        return "\n".join(files) if files else "(no files)"
+
+    def read_diff(self, path: str | None = None) -> str:
+        paths = (_checked(path),) if path else ()
+        diff = self.repo.diff(self.tree(), self.source, paths)
+        if not diff:
+            return "(no differences: the working state matches the source branch here)"
+        if len(diff) > DIFF_CAP:
+            return (diff[: DIFF_CAP // 2] + f"\n[... {len(diff) - DIFF_CAP} characters omitted: "
+                    "call read_diff with a path ...]\n" + diff[-DIFF_CAP // 2 :])
+        return diff
+
+    def run(self, which: str) -> CommandResult | None:
+        command = self.commands.build if which == "build" else self.commands.test
+        if not command:
+            return None
+        return self.box.run(command, self.commands.timeout)
+
+
+def _checked(path: str) -> str:
+    try:
+        return repo_path(path)
+    except PathRefused as exc:
+        raise ToolFailure(str(exc)) from None
+
+
+def describe(result: CommandResult | None, what: str) -> str:
+    if result is None:
+        return f"{what}: skipped (no {what.lower()} command configured)"
+    note = f"\n[output: {result.total_bytes} bytes in all; head and tail kept]" \
+        if result.truncated else ""
+    return f"{what} {result.verdict()} in {result.seconds:.1f}s\n$ {result.command}\n" \
+           f"{result.output}{note}"
