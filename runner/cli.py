@@ -14,8 +14,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
-import click
 import typer
+
+try:  # typer >= 0.2x vendors click; older releases raise click's own exceptions
+    from typer import TyperException as UsageProblem
+except ImportError:  # pragma: no cover
+    from click import ClickException as UsageProblem
 
 from runner import __version__
 from runner.errors import EXIT_INTERRUPTED, RetconError
@@ -184,10 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     except RetconError as exc:
         report_error(exc)
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except UsageProblem as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("\n✗ interrupted: every finished step is saved in the spec; rerun the "
                          "same command to resume.\n")
         sys.exit(EXIT_INTERRUPTED)

@@ -143,9 +143,9 @@ def _run(command: list[str], progress: Progress) -> None:
     tail: list[str] = []
     for line in proc.stdout:
         tail = (tail + [line.rstrip()])[-20:]
-        if line.startswith(("I: Retrieving", "I: Extracting", "I: Installing", "I: Configuring",
-                            "I: Base system")):
-            continue  # too chatty; the summary lines follow
+        if line.startswith(("I: Retrieving", "I: Validating", "I: Extracting", "I: Unpacking",
+                            "I: Installing", "I: Configuring")):
+            continue  # one line per package: too chatty
         if line.startswith(("I: ", "E: ", "W: ")):
             progress("  " + line.rstrip())
     if proc.wait() != 0:

@@ -265,23 +265,39 @@ class SpecFile:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[SpecFile]:
+        """An exclusive lock beside the spec, released (and removed) when the run ends; a killed
+        run's lock is released by the kernel."""
         lock_path = self.path.with_name(f".{self.path.name}.lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise LockedError(f"{self.path.name} is in use by another retcon-sandbox run "
-                              f"(pid {owner})", "Wait for it to finish, or stop it.") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        fd = self._acquire(lock_path)
         self._lock_fd = fd
         try:
             yield self
         finally:
             self._lock_fd = None
-            os.close(fd)  # closing drops the flock; a killed run drops it too
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_path)
+            os.close(fd)
+
+    def _acquire(self, lock_path: Path) -> int:
+        while True:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise LockedError(f"{self.path.name} is in use by another retcon-sandbox run "
+                                  f"(pid {owner})", "Wait for it to finish, or stop it."
+                                  ) from None
+            try:
+                same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # else the holder removed it as we opened it: take the new one
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+                return fd
+            os.close(fd)
 
     def load(self) -> Spec:
         return load(self.path)
@@ -301,9 +317,7 @@ class SpecFile:
         index = self._locate(current, commit, entry)
         table = doc["commit"][index]
         if "history" not in table:
-            array = tomlkit.array()
-            array.multiline(True)
-            table["history"] = array
+            _add_history(table)
         history = table["history"]
         if isinstance(history, Array) and len(history) == 0:
             history.multiline(True)
@@ -341,6 +355,18 @@ class SpecFile:
             f"The entry that was not recorded: {tomlkit.dumps({'history': [entry_item(entry)]}).strip()}"
             " — fix the file and rerun to continue.",
         )
+
+
+def _add_history(table: Table) -> None:
+    """Add `history = []` right after the table's last key, so comments and blank lines that
+    lead into the next table stay where the user put them."""
+    array = tomlkit.array()
+    array.multiline(True)
+    keys = [key for key, _ in table.value.body if key is not None]
+    if keys:
+        table.value._insert_after(keys[-1], "history", array)
+    else:
+        table["history"] = array
 
 
 def atomic_write(path: Path, text: str) -> None:

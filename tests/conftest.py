@@ -1,0 +1,98 @@
+"""Shared fixtures: a sealed environment, real repositories, the real CLI, a fake model server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runner import demo_project
+from runner.gitrepo import Repo
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR", "GIT_INDEX_FILE",
+         "GIT_WORK_TREE")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/docker" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture(autouse=True)
+def sealed(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME, git config and commit dates are ours; no model settings leak in from the host."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = Test Author\n\temail = author@example.com\n"
+        "[init]\n\tdefaultBranch = main\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+    monkeypatch.setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+    monkeypatch.setenv("RETCON_SANDBOX_MODEL_MAX_WAIT", "0.01")
+    for name in SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def git(repo: Path, *args: str) -> str:
+    """The real git CLI, for assertions independent of our adapter."""
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@dataclass
+class Demo:
+    path: Path
+    spec: Path
+
+    def git(self, *args: str) -> str:
+        return git(self.path, *args)
+
+
+def make_demo(directory: Path, with_paths: bool, spec_text: str | None = None) -> Demo:
+    """The demo's messy repository (10 commits, interleaved concerns) and a 4-commit spec."""
+    directory.mkdir(parents=True, exist_ok=True)
+    repo = Repo.init(directory)
+    repo.commit_files("main", dict(demo_project.BASE), "Initial shop")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    for message, files in demo_project.MESSY:
+        repo.commit_files("feature", files, message)
+    repo.check_out("main")
+    spec = directory / "history-spec.toml"
+    spec.write_text(spec_text or demo_project.spec_text(with_paths))
+    return Demo(directory, spec)
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Demo:
+    return make_demo(tmp_path / "repo", with_paths=True)
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 600) -> Result:
+    """The real command line, in a subprocess."""
+    proc = subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def llm_env(base_url: str) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "test-key",
+            "RETCON_SANDBOX_MODEL": "fake-model"}

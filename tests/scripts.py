@@ -1,0 +1,55 @@
+"""Scripted model conversations over the demo repository (shared by both test tiers)."""
+
+from __future__ import annotations
+
+from runner import demo_project as d
+from tests.fake_openai import Call, Fault, Step, call
+
+BROKEN_DISCOUNTS = "def discounted_total(cart, code=None:\n    return 0\n"
+
+
+def write(path: str, content: str) -> Call:
+    return call("write_file", path=path, content=content)
+
+
+def reconstruction() -> list[Step]:
+    """Four commits from the demo's ten messy ones, through faults, malformed calls and a fix."""
+    return [
+        # commit 1: a rate limit, a look at the diff, a server error, two malformed calls, work
+        Fault(429),
+        [call("read_diff")],
+        Fault(500),
+        [call("rm_rf", path="/"), call("write_file", raw='{"path": "shop/validation.py"'),
+         call("read_file", offset=3)],
+        [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
+         write("tests/test_validation.py", d.TEST_VALIDATION),
+         call("create_commit", message="Move validation")],
+        # commit 2: a first attempt that does not build, then a fix in the fix loop
+        "Let me think about discounts first.",
+        [write("shop/discounts.py", BROKEN_DISCOUNTS), call("create_commit", message="discounts")],
+        [call("read_file", path="shop/discounts.py"), write("shop/discounts.py", d.DISCOUNTS),
+         call("run_build")],
+        [call("create_commit", message="Fix the signature's syntax error")],
+        # commit 3 and 4
+        [write("tests/test_discounts.py", d.TEST_DISCOUNTS), call("run_tests")],
+        [call("create_commit", message="tests")],
+        [write("README.md", d.README), write("docs/discounts.md", d.DOCS),
+         call("create_commit", message="docs")],
+    ]
+
+
+def stuck_then_fixed() -> tuple[list[Step], list[Step]]:
+    """Commit 2 is reported stuck; after a `resolved` note, the run finishes."""
+    first = [
+        [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
+         write("tests/test_validation.py", d.TEST_VALIDATION), call("create_commit", message="m")],
+        [call("report_stuck", summary="discounts need a helper that commit 4 introduces; "
+              "reorder or merge the commits")],
+    ]
+    second = [
+        [write("shop/discounts.py", d.DISCOUNTS), call("create_commit", message="m")],
+        [write("tests/test_discounts.py", d.TEST_DISCOUNTS), call("create_commit", message="m")],
+        [write("README.md", d.README), write("docs/discounts.md", d.DOCS),
+         call("create_commit", message="m")],
+    ]
+    return first, second

@@ -1,0 +1,243 @@
+"""`retcon-sandbox execute` end to end: the real CLI, real repositories, a real HTTP model server.
+
+These drive the loop through the local backend (what the Docker tier repeats in containers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner import demo_project
+from tests.conftest import Demo, cli, git, llm_env, make_demo
+from tests.fake_openai import FakeOpenAI
+from tests.scripts import reconstruction, stuck_then_fixed
+
+LOCAL = ("--sandbox", "local", "--non-interactive")
+
+
+def subjects(demo: Demo, branch: str = "feature-clean") -> list[str]:
+    return demo.git("log", "--reverse", "--format=%s", f"main..{branch}").splitlines()
+
+
+def assert_every_commit_passes(demo: Demo, tmp_path: Path, branch: str = "feature-clean") -> None:
+    """Check out the state that completed each spec entry (a commit not followed by one of its
+    fixups) into a scratch worktree, test side, and run the build and tests there."""
+    log = demo.git("log", "--reverse", "--format=%H %s", f"main..{branch}").splitlines()
+    for i, line in enumerate(log):
+        sha = line[:40]
+        if i + 1 < len(log) and log[i + 1][41:].startswith("fixup! "):
+            continue
+        tree = tmp_path / f"check-{sha[:7]}"
+        demo.git("worktree", "add", "--detach", "-q", str(tree), sha)
+        for command in (["-m", "compileall", "-q", "shop", "tests"],
+                        ["-m", "pytest", "-q", "-p", "no:cacheprovider"]):
+            proc = subprocess.run([sys.executable, *command], cwd=tree, capture_output=True,
+                                  text=True)
+            assert proc.returncode == 0, f"{sha[:7]}: {proc.stdout}{proc.stderr}"
+        demo.git("worktree", "remove", "--force", str(tree))
+
+
+def user_state(demo: Demo) -> tuple[str, str, str, str]:
+    return (demo.git("symbolic-ref", "HEAD"), demo.git("rev-parse", "HEAD"),
+            demo.git("status", "--porcelain", "--untracked-files=all"),
+            demo.git("rev-parse", "feature"))
+
+
+def test_llm_reconstructs_a_messy_branch_into_four_commits(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    original = demo.spec.read_text()
+    before = user_state(demo)
+    with FakeOpenAI(reconstruction()) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        assert result.code == 0, result.out + result.err
+        assert model.remaining == 0
+        results = model.tool_results()
+    assert subjects(demo) == ["refactor: move input validation into shop/validation.py",
+                              "feat: discount codes", "fixup! feat: discount codes",
+                              "test: cover discount codes", "docs: document discount codes"]
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+    # the message is the spec's, verbatim, body included
+    assert demo.git("log", "-1", "--format=%B", "feature-clean~4") == demo_project.COMMITS[0][0]
+    assert_every_commit_passes(demo, tmp_path)
+    # malformed calls were answered with errors the model can act on
+    assert any("unknown tool 'rm_rf'" in r for r in results)
+    assert any("not valid JSON" in r for r in results)
+    assert any("read_file needs the argument 'path'" in r for r in results)
+    assert any(r.startswith("Build PASS") for r in results)
+    assert any(r.startswith("Tests PASS") and "passed" in r for r in results)
+    assert any(r.startswith("Wrote shop/discounts.py") for r in results)
+    # progress reads like the seed's session
+    for line in ("Commit 2/4: feat: discount codes", "Building... FAIL", "Fix attempt 1:",
+                 "Creating fixup commit...", "Tree check: cleaned == source ✓", "Complete!",
+                 "1 fix commits", "git rebase -i --autosquash", "Tokens: #1 "):
+        assert line in result.out, line
+    # the spec: everything the user wrote is still there, and each commit ends in complete
+    spec_text = demo.spec.read_text()
+    assert spec_text.startswith(original.split("[[commit]]")[0])
+    assert spec_text.count('"complete"') == 4
+    transcript = demo.spec.with_name("history-spec.transcript.jsonl").read_text().splitlines()
+    assert len(transcript) == 10 and json.loads(transcript[0])["usage"]["prompt_tokens"] == 100
+    after = user_state(demo)
+    assert after[:2] == before[:2] and after[3] == before[3]  # HEAD and source untouched
+    assert after[2] == before[2] + "\n?? history-spec.transcript.jsonl"  # and the work tree
+
+
+def test_paths_only_spec_needs_no_model(demo: Demo, tmp_path: Path) -> None:
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert subjects(demo) == [c[0].splitlines()[0] for c in demo_project.COMMITS]
+    assert_every_commit_passes(demo, tmp_path)
+    again = cli("execute", str(demo.spec), *LOCAL)  # all complete: nothing to do, still green
+    assert again.code == 0 and "Commit 1/4" not in again.out
+
+
+def test_no_model_and_commits_without_paths_stop_before_doing_anything(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    original = demo.spec.read_text()
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 1
+    assert "#1 refactor: move input validation" in result.err and "--model" in result.err
+    assert demo.spec.read_text() == original
+    assert "feature-clean" not in demo.git("branch", "--list")
+
+
+def test_stuck_then_resolved_then_resume(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    first, second = stuck_then_fixed()
+    with FakeOpenAI(first) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+    assert result.code == 3, result.out + result.err
+    assert "Stuck - stopping" in result.out and "reorder or merge" in result.out
+    assert '{ resolved = "description of what you changed" }' in result.err
+
+    again = cli("execute", str(demo.spec), *LOCAL, env=llm_env("http://127.0.0.1:9/v1"))
+    assert again.code == 3 and "Resuming from commit 2/4" in again.out
+    assert "add after the `stuck` entry" in again.err
+
+    text = demo.spec.read_text()
+    demo.spec.write_text(text.replace(
+        "    { stuck = ", "    { stuck = ").replace(
+        ' or merge the commits" },\n]',
+        ' or merge the commits" },\n    { resolved = "Discounts only need check_price." },\n]'))
+    with FakeOpenAI(second) as model:
+        final = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        prompts = [m["content"] for body in model.requests for m in body["messages"]
+                   if m["role"] == "user"]
+    assert final.code == 0, final.out + final.err
+    assert "Resolved: Discounts only need check_price." in final.out
+    assert any("Discounts only need check_price." in p and "reorder or merge" in p
+               for p in prompts)
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+
+
+def test_a_prewritten_response_resolves_stuck_without_stopping(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    text = demo.spec.read_text().replace(
+        'hints = "Only shop/discounts.py',
+        'history = [{ response = "Use check_price from commit 1." }]\nhints = "Only shop/discounts.py')
+    demo.spec.write_text(text)
+    first, second = stuck_then_fixed()
+    with FakeOpenAI(first + second) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    assert "Using the pre-written response: Use check_price from commit 1." in result.out
+
+
+def test_kill_9_mid_run_then_rerun_completes_consistently(demo: Demo, tmp_path: Path) -> None:
+    slow = demo.spec.read_text().replace(
+        'test = "python3 -m pytest -q -p no:cacheprovider"',
+        'test = "sleep 0.5; python3 -m pytest -q -p no:cacheprovider"')
+    demo.spec.write_text(slow)
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(demo.spec), *LOCAL],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while demo.spec.read_text().count("commit_created") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert demo.spec.read_text().count('"complete"') < 4
+
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert "Resuming from commit" in result.out
+    assert subjects(demo) == [c[0].splitlines()[0] for c in demo_project.COMMITS]
+    recorded = [line.split('"')[1] for line in demo.spec.read_text().splitlines()
+                if "commit_created" in line]
+    assert recorded == demo.git("rev-list", "--reverse", "main..feature-clean").splitlines()
+    assert_every_commit_passes(demo, tmp_path)
+
+
+def test_squash_wip_leaves_one_commit_per_entry(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    with FakeOpenAI(reconstruction()) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, "--squash-wip",
+                     env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    assert subjects(demo) == [c[0].splitlines()[0] for c in demo_project.COMMITS]
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+    assert_every_commit_passes(demo, tmp_path)
+
+
+def test_model_outage_makes_the_commit_stuck_and_keeps_the_spec(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    with FakeOpenAI([]) as model:  # every call answers 500
+        result = cli("execute", str(demo.spec), *LOCAL,
+                     env={**llm_env(model.base_url), "RETCON_SANDBOX_MODEL_ATTEMPTS": "3"})
+        calls = len(model.requests)
+    assert result.code == 3, result.out + result.err
+    assert calls == 3
+    assert "kept failing after 3 attempts: HTTP 500" in demo.spec.read_text()
+
+
+def test_leftover_changes_go_into_a_loud_final_commit(tmp_path: Path) -> None:
+    text = demo_project.spec_text(True).replace('paths = ["README.md", "docs"]',
+                                                'paths = ["docs"]')
+    demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=text)
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert "WARNING: the spec's commits did not cover everything" in result.out
+    assert "README.md" in result.out
+    assert subjects(demo)[-1] == "Remaining changes from feature"
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+
+
+def test_json_events_and_status(demo: Demo) -> None:
+    result = cli("execute", str(demo.spec), *LOCAL, "--json")
+    assert result.code == 0, result.err
+    events = [json.loads(line) for line in result.out.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "spec" and kinds[-1] == "summary" and kinds.count("commit_complete") == 4
+    assert {"event": "tree_check", "equal": True, "differing": 0} in events
+    status = cli("status", str(demo.spec))
+    assert status.code == 0 and "4/4 complete" in status.out
+
+
+def test_bad_input_gets_a_clear_error_and_nothing_is_lost(demo: Demo) -> None:
+    broken = demo.spec.read_text().replace('paths = ["shop/discounts.py"]', 'paths = [1]')
+    demo.spec.write_text(broken)
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 1
+    assert "history-spec.toml: [[commit]] #2 → paths[0]: expected a string" in result.err
+    assert "Traceback" not in result.err and demo.spec.read_text() == broken
+    missing = cli("execute", str(demo.spec.with_name("nope.toml")), *LOCAL)
+    assert missing.code == 1 and "no such file" in missing.err
+    usage = cli("execute", str(demo.spec), "--skip", "everything")
+    assert usage.code == 2
+
+
+def test_unknown_branch_and_checked_out_cleaned_branch_are_refused(demo: Demo) -> None:
+    demo.spec.write_text(demo.spec.read_text().replace('source = "feature"', 'source = "nope"'))
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 1 and "unknown revision 'nope'" in result.err
+
+    demo.spec.write_text(demo.spec.read_text().replace('source = "nope"', 'source = "feature"'))
+    git(demo.path, "checkout", "-q", "-b", "feature-clean")
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 1 and "is checked out" in result.err
