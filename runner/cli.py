@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -19,10 +19,10 @@ import typer
 try:  # typer >= 0.2x vendors click; older releases raise click's own exceptions
     from typer import TyperException as UsageProblem
 except ImportError:  # pragma: no cover
-    from click import ClickException as UsageProblem
+    from click import ClickException as UsageProblem  # type: ignore[assignment]
 
 from runner import __version__
-from runner.errors import EXIT_INTERRUPTED, RetconError
+from runner.errors import EXIT_INTERRUPTED, EXIT_USAGE, RetconError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Reconstruct a messy branch into clean, logical commits. Every build, "
@@ -33,12 +33,12 @@ app.add_typer(images_app, name="images")
 _json_errors = False
 
 
-class Skip(str, Enum):
+class Skip(StrEnum):
     build = "build"
     test = "test"
 
 
-class SandboxKind(str, Enum):
+class SandboxKind(StrEnum):
     docker = "docker"
     local = "local"
 
@@ -182,16 +182,22 @@ def report_error(exc: RetconError) -> None:
 def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        app(args=argv, prog_name="retcon-sandbox", standalone_mode=False)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        # Without standalone mode, typer returns the exit code (of typer.Exit, and 130 for a
+        # KeyboardInterrupt it caught) instead of exiting; errors propagate to us.
+        code = app(args=argv, prog_name="retcon-sandbox", standalone_mode=False)
     except RetconError as exc:
         report_error(exc)
         sys.exit(exc.exit_code)
-    except UsageProblem as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+    except UsageProblem as exc:  # bad options or arguments: typer's own message, exit 2
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            sys.stderr.write(f"error: {exc}\n")
+        sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
     except (KeyboardInterrupt, typer.Abort):
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED:
         sys.stderr.write("\n✗ interrupted: every finished step is saved in the spec; rerun the "
                          "same command to resume.\n")
-        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)

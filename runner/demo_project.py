@@ -202,7 +202,8 @@ Codes are upper-case letters and digits; an unknown code raises KeyError.
 MESSY: list[tuple[str, dict[str, str | None]]] = [
     ("WIP discounts", {"shop/discounts.py": DISCOUNTS_WIP}),
     ("move validation out of cart", {"shop/validation.py": VALIDATION}),
-    ("wip", {"shop/cart.py": CART, "README.md": BASE["README.md"] + "\n## Discount codes\n\nTODO\n"}),
+    ("wip", {"shop/cart.py": CART,
+             "README.md": BASE["README.md"] + "\n## Discount codes\n\nTODO\n"}),
     ("fix build", {"tests/test_validation.py": TEST_VALIDATION_WIP}),
     ("tests", {"tests/test_discounts.py": TEST_DISCOUNTS_WIP}),
     ("more discount stuff", {"shop/discounts.py": DISCOUNTS_DEBUG}),

@@ -232,7 +232,7 @@ class DockerBackend:
         box: HelperSandbox | None = None
         try:
             container.start()
-            box = self._start_helper(container.id)
+            box = self._start_helper(str(container.id))
             yield box
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the sandbox container failed: {_first_line(exc)}") from None

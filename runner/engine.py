@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.agent import Agent, Committed, GaveUp, Outcome, prompt
+from runner.agent import Agent, GaveUp, Outcome, prompt
 from runner.errors import ModelError, RetconError, StuckError
 from runner.gitrepo import FileChange, Repo
 from runner.history import (
@@ -114,14 +114,15 @@ class Engine:
             raise RetconError(
                 f"the cleaned branch {cleaned!r} ({tip[:12]}) does not descend from the "
                 f"merge-base of {self.spec.source} and {self.spec.remote} ({self.base[:12]})",
-                f"Delete it (git branch -D {cleaned}) or name another `cleaned` branch in the spec.")
+                f"Delete it (git branch -D {cleaned}) or name another `cleaned` branch in the "
+                "spec.")
         self.report.emit("branch_continued", branch=cleaned, tip=tip)
 
     def _tip(self) -> str:
         tip = self.repo.branch_sha(self.spec.cleaned)
         if tip is None:
-            raise RetconError(f"the cleaned branch {self.spec.cleaned!r} disappeared during the run",
-                              "Rerun: it is recreated and the run resumes from the spec.")
+            raise RetconError(f"the cleaned branch {self.spec.cleaned!r} disappeared during the "
+                              "run", "Rerun: it is recreated and the run resumes from the spec.")
         return tip
 
     # -- one logical commit --------------------------------------------------------------------

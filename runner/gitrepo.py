@@ -16,7 +16,7 @@ from pathlib import Path
 
 import git
 import git.exc
-from gitdb.base import IStream
+from gitdb.base import IStream  # type: ignore[import-untyped]
 
 from runner.errors import GitError
 

@@ -142,7 +142,7 @@ def _run(command: list[str], progress: Progress) -> None:
     assert proc.stdout is not None
     tail: list[str] = []
     for line in proc.stdout:
-        tail = (tail + [line.rstrip()])[-20:]
+        tail = [*tail, line.rstrip()][-20:]
         if line.startswith(("I: Retrieving", "I: Validating", "I: Extracting", "I: Unpacking",
                             "I: Installing", "I: Configuring")):
             continue  # one line per package: too chatty

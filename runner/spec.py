@@ -20,7 +20,6 @@ import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import AoT, Array, InlineTable, Table
 
-from runner.paths import PathRefused, repo_path
 from runner.errors import ConcurrentEditError, LockedError, SpecError
 from runner.history import (
     CommitCreated,
@@ -31,6 +30,7 @@ from runner.history import (
     Started,
     Stuck,
 )
+from runner.paths import PathRefused, repo_path
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 TABLE_ENTRIES = {"commit_created", "stuck", "resolved", "response"}
@@ -246,12 +246,14 @@ def entry_item(entry: Entry) -> Any:
         return "started"
     if isinstance(entry, Complete):
         return "complete"
-    key, value = {
-        CommitCreated: lambda e: ("commit_created", e.sha),
-        Stuck: lambda e: ("stuck", e.summary),
-        Resolved: lambda e: ("resolved", e.note),
-        Response: lambda e: ("response", e.text),
-    }[type(entry)](entry)
+    if isinstance(entry, CommitCreated):
+        key, value = "commit_created", entry.sha
+    elif isinstance(entry, Stuck):
+        key, value = "stuck", entry.summary
+    elif isinstance(entry, Resolved):
+        key, value = "resolved", entry.note
+    else:
+        key, value = "response", entry.text
     snippet = f"x = {{ {key} = {tomlkit.string(value).as_string()} }}"
     return tomlkit.parse(snippet)["x"]
 
@@ -352,8 +354,9 @@ class SpecFile:
         return ConcurrentEditError(
             f"{self.path.name} was edited during the run and {why}; your edit is kept and "
             f"nothing was written",
-            f"The entry that was not recorded: {tomlkit.dumps({'history': [entry_item(entry)]}).strip()}"
-            " — fix the file and rerun to continue.",
+            "The entry that was not recorded: "
+            f"{tomlkit.dumps({'history': [entry_item(entry)]}).strip()} — fix the file and rerun "
+            "to continue.",
         )
 
 

@@ -9,6 +9,9 @@ It confines every path to the workspace, never follows a symlink out of it, writ
 and runs commands with a timeout that kills the command's whole process tree.
 """
 
+from __future__ import annotations
+
+import contextlib
 import ctypes
 import difflib
 import io
@@ -21,6 +24,9 @@ import subprocess
 import sys
 import tarfile
 import time
+from typing import IO, Any, Callable, Dict
+
+Response = Dict[str, Any]
 
 PR_SET_CHILD_SUBREAPER = 36
 HEAD_BYTES = 24 * 1024
@@ -39,10 +45,10 @@ class ToolError(Exception):
 
 
 class Workspace:
-    def __init__(self, root):
+    def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
 
-    def _parts(self, rel):
+    def _parts(self, rel: object) -> list[str]:
         if not isinstance(rel, str) or not rel.strip():
             raise ToolError("path must be a non-empty relative path")
         if "\0" in rel:
@@ -56,15 +62,15 @@ class Workspace:
             raise ToolError("path names the repository root, not a file")
         return parts
 
-    def for_read(self, rel):
+    def for_read(self, rel: str) -> str:
         """Path for reading; symlinks are followed only while they stay in the workspace."""
         full = os.path.join(self.root, *self._parts(rel))
         real = os.path.realpath(full)
         if real != self.root and not real.startswith(self.root + os.sep):
-            raise ToolError("%s is a symlink that points outside the workspace: refused" % rel)
+            raise ToolError(f"{rel} is a symlink that points outside the workspace: refused")
         return real
 
-    def for_write(self, rel):
+    def for_write(self, rel: str) -> str:
         """Path for writing or deleting: no component may be a symlink."""
         parts = self._parts(rel)
         if ".git" in parts:
@@ -73,20 +79,20 @@ class Workspace:
         for i, part in enumerate(parts):
             current = os.path.join(current, part)
             if os.path.islink(current):
-                raise ToolError("%s goes through a symlink (%s): refused; edit the real path"
-                                % (rel, "/".join(parts[: i + 1])))
+                raise ToolError(f"{rel} goes through a symlink ({'/'.join(parts[: i + 1])}): "
+                                "refused; edit the real path")
             if i < len(parts) - 1 and os.path.exists(current) and not os.path.isdir(current):
-                raise ToolError("%s: %s is a file, not a directory" % (rel, "/".join(parts[: i + 1])))
+                raise ToolError(f"{rel}: {'/'.join(parts[: i + 1])} is a file, not a directory")
         return current
 
-    def relative(self, full):
+    def relative(self, full: str) -> str:
         return os.path.relpath(full, self.root)
 
 
 # --- text helpers ---------------------------------------------------------------------------
 
 
-def decode_text(data):
+def decode_text(data: bytes) -> str | None:
     if b"\0" in data[:8192]:
         return None
     try:
@@ -95,35 +101,35 @@ def decode_text(data):
         return None
 
 
-def human_size(n):
+def human_size(n: int) -> str:
     if n < 1024:
-        return "%d B" % n
+        return f"{n} B"
     if n < 1024 * 1024:
-        return "%.1f KB" % (n / 1024)
-    return "%.1f MB" % (n / 1024 / 1024)
+        return f"{n / 1024:.1f} KB"
+    return f"{n / 1024 / 1024:.1f} MB"
 
 
-def write_summary(rel, old, new):
+def write_summary(rel: str, old: bytes | None, new: bytes) -> Response:
     """What a write did, fettle-style: `+N -M`, no-op detection, the diff for large rewrites."""
     new_text = decode_text(new)
     if old is not None and old == new:
-        return {"status": "unchanged", "summary": "no changes: %s already has this content" % rel}
+        return {"status": "unchanged", "summary": f"no changes: {rel} already has this content"}
     if new_text is None:
         verb = "Replaced" if old is not None else "Created"
-        return {"status": "binary", "summary": "%s binary file %s (%d bytes)" % (verb, rel, len(new))}
+        return {"status": "binary", "summary": f"{verb} binary file {rel} ({len(new)} bytes)"}
     lines = new_text.count("\n") + (0 if new_text.endswith("\n") or not new_text else 1)
-    size = "%s, %d lines" % (human_size(len(new)), lines)
+    size = f"{human_size(len(new))}, {lines} lines"
     old_text = decode_text(old) if old is not None else None
     if old is None:
-        return {"status": "created", "summary": "Created %s (%s)" % (rel, size)}
+        return {"status": "created", "summary": f"Created {rel} ({size})"}
     if old_text is None:
-        return {"status": "updated", "summary": "Wrote %s (%s; it was binary)" % (rel, size)}
+        return {"status": "updated", "summary": f"Wrote {rel} ({size}; it was binary)"}
     diff = list(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
                                      "a/" + rel, "b/" + rel, n=3))
     added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
     removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
-    result = {"status": "updated", "added": added, "removed": removed,
-              "summary": "Wrote %s (%s, +%d -%d)" % (rel, size, added, removed)}
+    result: Response = {"status": "updated", "added": added, "removed": removed,
+                        "summary": f"Wrote {rel} ({size}, +{added} -{removed})"}
     changed = added + removed
     old_lines = max(1, old_text.count("\n"))
     if changed > DIFF_FLOOR and (changed >= DIFF_CEIL or changed / old_lines > DIFF_RATIO):
@@ -132,33 +138,33 @@ def write_summary(rel, old, new):
     return result
 
 
-def numbered(text, offset, limit):
+def numbered(text: str, offset: int | None, limit: int | None) -> tuple[str, int, int, int]:
     lines = text.splitlines()
     start = max(1, offset or 1)
     end = len(lines) if not limit else min(len(lines), start - 1 + limit)
-    body = "".join("%6d\t%s\n" % (n, lines[n - 1]) for n in range(start, end + 1))
+    body = "".join(f"{n:6d}\t{lines[n - 1]}\n" for n in range(start, end + 1))
     return body, len(lines), start, end
 
 
 # --- processes --------------------------------------------------------------------------------
 
 
-def become_subreaper():
+def become_subreaper() -> bool:
     """Orphans of commands re-parent to us, so 'the whole tree' stays findable."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
 
-def children_map():
-    kids = {}
+def children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/stat" % name, "rb") as handle:
+            with open(f"/proc/{name}/stat", "rb") as handle:
                 stat = handle.read().decode(errors="replace")
         except OSError:
             continue
@@ -168,9 +174,10 @@ def children_map():
     return kids
 
 
-def descendants(pid):
+def descendants(pid: int) -> list[int]:
     kids = children_map()
-    found, todo = [], list(kids.get(pid, []))
+    found: list[int] = []
+    todo = list(kids.get(pid, []))
     while todo:
         p = todo.pop()
         found.append(p)
@@ -178,7 +185,7 @@ def descendants(pid):
     return found
 
 
-def reap():
+def reap() -> None:
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -188,12 +195,10 @@ def reap():
             return
 
 
-def kill_tree(proc):
+def kill_tree(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
     """SIGKILL the command and everything it started, until nothing of it is left."""
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
     me = os.getpid()
     for _ in range(200):
         pids = descendants(me)
@@ -202,40 +207,36 @@ def kill_tree(proc):
         if not alive:
             break
         for p in alive:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
         time.sleep(0.01)
     reap()
 
 
-def _is_zombie(pid):
+def _is_zombie(pid: int) -> bool:
     try:
-        with open("/proc/%d/stat" % pid, "rb") as handle:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read().decode(errors="replace")
     except OSError:
         return True
     return stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
-def _prefer_oom_victim():
-    try:
-        with open("/proc/self/oom_score_adj", "w") as handle:
-            handle.write("1000")
-    except OSError:
-        pass
+def _prefer_oom_victim() -> None:
+    """In the child: be the out-of-memory killer's first choice, not the helper."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
 
 
 class Capture:
     """Head and tail of a stream, and its total size."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         self.total += len(chunk)
         room = HEAD_BYTES - len(self.head)
         if room > 0:
@@ -246,16 +247,17 @@ class Capture:
             if len(self.tail) > TAIL_BYTES:
                 del self.tail[: len(self.tail) - TAIL_BYTES]
 
-    def text(self):
+    def text(self) -> str:
         head = self.head.decode("utf-8", "replace")
         if self.total <= HEAD_BYTES + TAIL_BYTES and len(self.head) + len(self.tail) == self.total:
             return head + self.tail.decode("utf-8", "replace")
         skipped = self.total - len(self.head) - len(self.tail)
-        return "%s\n[... %d bytes of output omitted ...]\n%s" % (
-            head, skipped, self.tail.decode("utf-8", "replace"))
+        tail = self.tail.decode("utf-8", "replace")
+        return f"{head}\n[... {skipped} bytes of output omitted ...]\n{tail}"
 
 
-def run_command(ws, cmd, timeout, env):
+def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | None
+                ) -> Response:
     start = time.monotonic()
     full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
     full_env.update(env or {})
@@ -264,7 +266,7 @@ def run_command(ws, cmd, timeout, env):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True, preexec_fn=_prefer_oom_victim)
     except OSError as exc:
-        raise ToolError("cannot start the command: %s" % exc)
+        raise ToolError(f"cannot start the command: {exc}") from None
     capture = Capture()
     timed_out = _pump(proc, capture, start + timeout)
     if timed_out:
@@ -282,7 +284,9 @@ def run_command(ws, cmd, timeout, env):
     }
 
 
-def _pump(proc, capture, deadline):
+def _pump(proc: subprocess.Popen, capture: Capture,  # type: ignore[type-arg]
+          deadline: float) -> bool:
+    assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     fd = proc.stdout.fileno()
@@ -303,7 +307,8 @@ def _pump(proc, capture, deadline):
         sel.close()
 
 
-def _drain(proc, capture):
+def _drain(proc: subprocess.Popen, capture: Capture) -> None:  # type: ignore[type-arg]
+    assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
     try:
         while True:
@@ -319,11 +324,11 @@ def _drain(proc, capture):
 # --- isolation checks -----------------------------------------------------------------------
 
 
-def isolation_problems():
-    problems = []
+def isolation_problems() -> list[str]:
+    problems: list[str] = []
     if os.getuid() == 0 or os.geteuid() == 0:
         problems.append("runs as root (expected a fixed non-root uid)")
-    status = {}
+    status: dict[str, str] = {}
     try:
         with open("/proc/self/status") as handle:
             for line in handle:
@@ -333,13 +338,13 @@ def isolation_problems():
         problems.append("cannot read /proc/self/status")
     for cap in ("CapEff", "CapPrm", "CapBnd"):
         if cap in status and int(status[cap], 16) != 0:
-            problems.append("has capabilities (%s=%s; expected none)" % (cap, status[cap]))
+            problems.append(f"has capabilities ({cap}={status[cap]}; expected none)")
     if status.get("NoNewPrivs", "1") != "1":
         problems.append("no-new-privileges is off")
     names = [name for _, name in socket.if_nameindex()]
     extra = [n for n in names if n != "lo"]
     if extra:
-        problems.append("has network interfaces besides loopback: %s" % ", ".join(extra))
+        problems.append(f"has network interfaces besides loopback: {', '.join(extra)}")
     return problems
 
 
@@ -347,16 +352,16 @@ def isolation_problems():
 
 
 class Helper:
-    def __init__(self, workspace, checks):
+    def __init__(self, workspace: str, checks: bool) -> None:
         self.ws = Workspace(workspace)
         self.checks = checks
 
-    def op_hello(self, req, payload):
+    def op_hello(self, req: Response, payload: bytes) -> Response:
         problems = isolation_problems() if self.checks else []
         return {"uid": os.getuid(), "python": sys.version.split()[0],
                 "subreaper": become_subreaper(), "problems": problems}
 
-    def op_extract(self, req, payload):
+    def op_extract(self, req: Response, payload: bytes) -> Response:
         count = 0
         with tarfile.open(fileobj=io.BytesIO(payload), mode="r:") as tar:
             for member in tar:
@@ -365,34 +370,35 @@ class Helper:
                 if member.issym():
                     os.symlink(member.linkname, target)
                 elif member.isfile():
-                    data = tar.extractfile(member).read()
+                    source = tar.extractfile(member)
+                    data = source.read() if source else b""
                     self._atomic_write(target, data, 0o755 if member.mode & 0o111 else 0o644)
                 else:
                     continue
                 count += 1
         return {"files": count}
 
-    def op_read(self, req, payload):
+    def op_read(self, req: Response, payload: bytes) -> Response:
         path = self.ws.for_read(req["path"])
         if os.path.isdir(path):
-            raise ToolError("%s is a directory; use list_files" % req["path"])
+            raise ToolError(f"{req['path']} is a directory; use list_files")
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
         except FileNotFoundError:
-            raise ToolError("%s does not exist" % req["path"])
+            raise ToolError(f"{req['path']} does not exist") from None
         text = decode_text(data)
         if text is None:
             return {"binary": True, "size": len(data),
-                    "text": "%s is a binary file (%d bytes); not shown" % (req["path"], len(data))}
+                    "text": f"{req['path']} is a binary file ({len(data)} bytes); not shown"}
         body, total, start, end = numbered(text, req.get("offset"), req.get("limit"))
         return {"binary": False, "size": len(data), "lines": total, "start": start, "end": end,
                 "text": body}
 
-    def op_write(self, req, payload):
+    def op_write(self, req: Response, payload: bytes) -> Response:
         path = self.ws.for_write(req["path"])
         if os.path.isdir(path):
-            raise ToolError("%s is a directory" % req["path"])
+            raise ToolError(f"{req['path']} is a directory")
         if req.get("mode") == "120000":
             return self._symlink(req["path"], path, payload.decode("utf-8", "surrogateescape"))
         old = None
@@ -406,39 +412,39 @@ class Helper:
             self._atomic_write(path, payload, mode)
         return result
 
-    def op_delete(self, req, payload):
+    def op_delete(self, req: Response, payload: bytes) -> Response:
         path = self.ws.for_write(req["path"])
         if os.path.isdir(path):
-            raise ToolError("%s is a directory; delete the files in it" % req["path"])
+            raise ToolError(f"{req['path']} is a directory; delete the files in it")
         try:
             os.unlink(path)
         except FileNotFoundError:
-            raise ToolError("%s does not exist" % req["path"])
-        return {"summary": "Deleted %s" % req["path"]}
+            raise ToolError(f"{req['path']} does not exist") from None
+        return {"summary": f"Deleted {req['path']}"}
 
-    def op_list(self, req, payload):
+    def op_list(self, req: Response, payload: bytes) -> Response:
         base = self.ws.for_read(req["path"]) if req.get("path") else self.ws.root
-        found = []
+        found: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(d for d in dirnames if d != ".git")
             for name in sorted(filenames):
                 found.append(self.ws.relative(os.path.join(dirpath, name)))
         return {"files": found}
 
-    def op_run(self, req, payload):
+    def op_run(self, req: Response, payload: bytes) -> Response:
         return run_command(self.ws, req["cmd"], float(req.get("timeout", 600)), req.get("env"))
 
     @staticmethod
-    def _symlink(rel, path, target):
-        tmp = "%s.retcon-tmp-%d" % (path, os.getpid())
+    def _symlink(rel: str, path: str, target: str) -> Response:
+        tmp = f"{path}.retcon-tmp-{os.getpid()}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         os.symlink(target, tmp)
         os.replace(tmp, path)
-        return {"status": "created", "summary": "Linked %s -> %s" % (rel, target)}
+        return {"status": "created", "summary": f"Linked {rel} -> {target}"}
 
     @staticmethod
-    def _atomic_write(path, data, mode):
-        tmp = "%s.retcon-tmp-%d" % (path, os.getpid())
+    def _atomic_write(path: str, data: bytes, mode: int) -> None:
+        tmp = f"{path}.retcon-tmp-{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -451,8 +457,9 @@ class Helper:
             raise
 
 
-def read_exactly(stream, n):
-    chunks, left = [], n
+def read_exactly(stream: IO[bytes], n: int) -> bytes:
+    chunks: list[bytes] = []
+    left = n
     while left:
         chunk = stream.read(left)
         if not chunk:
@@ -462,32 +469,34 @@ def read_exactly(stream, n):
     return b"".join(chunks)
 
 
-def serve(helper, stdin, stdout):
+def serve(helper: Helper, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     while True:
         line = stdin.readline()
         if not line:
             return
-        req = {}
+        req: Response = {}
+        response: Response
         try:
             req = json.loads(line)
             payload = read_exactly(stdin, int(req["payload"])) if req.get("payload") else b""
-            handler = getattr(helper, "op_" + str(req.get("op")), None)
+            handler: Callable[[Response, bytes], Response] | None = getattr(
+                helper, "op_" + str(req.get("op")), None)
             if handler is None:
-                raise ToolError("unknown operation %r" % req.get("op"))
+                raise ToolError(f"unknown operation {req.get('op')!r}")
             response = {"ok": True}
             response.update(handler(req, payload))
         except ToolError as exc:
             response = {"ok": False, "error": str(exc)}
         except OSError as exc:
-            response = {"ok": False, "error": "%s: %s" % (req.get("path", "io"), exc.strerror)}
+            response = {"ok": False, "error": f"{req.get('path', 'io')}: {exc.strerror}"}
         except (ValueError, KeyError, TypeError, tarfile.TarError) as exc:
-            response = {"ok": False, "error": "bad request: %s" % exc}
+            response = {"ok": False, "error": f"bad request: {exc}"}
         response["id"] = req.get("id")
         stdout.write(json.dumps(response).encode() + b"\n")
         stdout.flush()
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
     workspace, checks = "/workspace", True
     args = list(argv)
     while args:

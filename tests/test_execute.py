@@ -140,7 +140,8 @@ def test_a_prewritten_response_resolves_stuck_without_stopping(tmp_path: Path) -
     demo = make_demo(tmp_path / "repo", with_paths=False)
     text = demo.spec.read_text().replace(
         'hints = "Only shop/discounts.py',
-        'history = [{ response = "Use check_price from commit 1." }]\nhints = "Only shop/discounts.py')
+        'history = [{ response = "Use check_price from commit 1." }]\n'
+        'hints = "Only shop/discounts.py')
     demo.spec.write_text(text)
     first, second = stuck_then_fixed()
     with FakeOpenAI(first + second) as model:

@@ -87,7 +87,10 @@ def make_backend(kind: str, spec: Spec, image: str | None, progress: bool = True
 
     engine = DockerEngine()
     tag = image or spec.sandbox.image or images.DEFAULT_IMAGE
-    say = (lambda line: sys.stderr.write(line + "\n")) if progress else (lambda line: None)
+    def say(line: str) -> None:
+        if progress:
+            sys.stderr.write(line + "\n")
+
     images.ensure(engine, tag, say)
     s = spec.sandbox
     hardening = Hardening(s.memory, s.cpus, s.pids, s.workspace_size, s.tmp_size)

@@ -1,0 +1,101 @@
+"""`retcon-sandbox execute` with every build, test and file tool in real containers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner import demo_project, images
+from runner.docker_backend import LABEL_RUN, LABEL_SPEC, DockerEngine
+from tests.conftest import cli, llm_env, make_demo
+from tests.fake_openai import FakeOpenAI
+from tests.scripts import reconstruction
+
+DOCKER = ("--non-interactive",)
+
+
+def test_llm_reconstruction_runs_every_tool_in_containers(engine: DockerEngine,
+                                                          tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    with FakeOpenAI(reconstruction()) as model:
+        result = cli("execute", str(demo.spec), *DOCKER, env=llm_env(model.base_url))
+        results = model.tool_results()
+    assert result.code == 0, result.out + result.err
+    assert result.out.count("Sandbox ready") == 4
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+    # the build and tests ran in the container: the container's python, not the host's
+    assert any(r.startswith("Tests PASS") and "/usr/bin/python3" not in r for r in results)
+
+
+def test_what_a_build_leaves_behind_never_reaches_the_host(engine: DockerEngine,
+                                                           tmp_path: Path) -> None:
+    hostile = (
+        "mkdir -p .git/hooks build && printf '#!/bin/sh\\ntouch /tmp/retcon-pwned-hook\\n' > "
+        ".git/hooks/post-commit && chmod +x .git/hooks/post-commit && "
+        "printf '[core]\\n\\tfsmonitor = touch /tmp/retcon-pwned-fsmonitor\\n' > .git/config && "
+        "echo artifact > build/out.bin && echo 'import os' > shop/injected.py && "
+        "echo '# tampered' >> shop/cart.py && python3 -m compileall -q shop tests")
+    text = demo_project.spec_text(True).replace(
+        'build = "python3 -m compileall -q shop tests"', f'build = "{hostile}"')
+    demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=text)
+    hooks_before = sorted(os.listdir(demo.path / ".git" / "hooks"))
+    config_before = (demo.path / ".git" / "config").read_text()
+    result = cli("execute", str(demo.spec), *DOCKER)
+    assert result.code == 0, result.out + result.err
+    for sha in demo.git("rev-list", "main..feature-clean").splitlines():
+        files = demo.git("ls-tree", "-r", "--name-only", sha).splitlines()
+        assert not any(f.startswith((".git", "build/")) or f == "shop/injected.py"
+                       for f in files), files
+    assert "# tampered" not in demo.git("show", "feature-clean:shop/cart.py")
+    assert sorted(os.listdir(demo.path / ".git" / "hooks")) == hooks_before
+    assert (demo.path / ".git" / "config").read_text() == config_before
+    demo.git("status")  # would run an fsmonitor hook, had one reached the host
+    assert not Path("/tmp/retcon-pwned-hook").exists()
+    assert not Path("/tmp/retcon-pwned-fsmonitor").exists()
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+
+
+def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: Path) -> None:
+    text = demo_project.spec_text(True).replace(
+        'test = "python3 -m pytest -q -p no:cacheprovider"', 'test = "sleep 120"')
+    demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=text)
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(demo.spec),
+                             *DOCKER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while engine.count_containers(LABEL_RUN) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)  # inside the test command by now
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert engine.count_containers(LABEL_RUN) == 0
+
+
+def test_leftovers_of_a_killed_run_are_reaped(engine: DockerEngine, tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=True)
+    engine.client.containers.create(images.DEFAULT_IMAGE, ["sleep", "infinity"], labels={
+        LABEL_RUN: "old", LABEL_SPEC: str(demo.spec.resolve())})
+    engine.client.containers.create(images.DEFAULT_IMAGE, ["sleep", "infinity"], labels={
+        LABEL_RUN: "other", LABEL_SPEC: "/elsewhere/spec.toml"})
+    result = cli("execute", str(demo.spec), *DOCKER)
+    assert result.code == 0, result.out + result.err
+    assert "Removed 1 leftover sandbox container" in result.out
+    assert engine.count_containers(LABEL_RUN) == 1  # another spec's: not ours to reap
+    cleaned = cli("clean")
+    assert cleaned.code == 0 and "Removed 1 sandbox container" in cleaned.out
+
+
+def test_demo_command(engine: DockerEngine, tmp_path: Path) -> None:
+    result = cli("demo", "--directory", str(tmp_path / "demo"))
+    assert result.code == 0, result.out + result.err
+    assert "Tree check: feature-clean == feature ✓" in result.out
+    assert result.out.count("✓ Commit created") == 4
+    log = subprocess.run(["git", "-C", str(tmp_path / "demo"), "log", "--format=%s",
+                          "main..feature-clean"], capture_output=True, text=True).stdout
+    assert len(log.splitlines()) == 4

@@ -1,0 +1,155 @@
+"""Hostile code in the sandbox: each case is contained, and the sandbox, the host, the repository
+and later commits are unharmed. (`no_container_left` checks cleanup after every test.)"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.docker_backend import DockerBackend, DockerEngine
+from runner.errors import SandboxError
+from runner.gitrepo import Repo
+from runner.sandbox_api import HelperSandbox, ToolFailure
+from runner.workspace import Commands, WorkState
+
+
+def still_serving(box: HelperSandbox) -> None:
+    result = box.run("echo alive", 10)
+    assert result.passed and result.output == "alive\n"
+
+
+def test_the_sandbox_is_isolated(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        info = box.hello()
+        assert info["uid"] == 10001 and info["problems"] == []
+        result = box.run("id -u; cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs)'; "
+                         "ls /sys/class/net; test -S /var/run/docker.sock && echo SOCKET", 10)
+        assert result.output.split() == ["10001", "CapEff:", "0000000000000000",
+                                         "NoNewPrivs:", "1", "lo"]
+
+
+def test_a_sandbox_that_is_not_isolated_is_refused(backend: DockerBackend) -> None:
+    class WithNetwork(DockerBackend):
+        def create_kwargs(self, label: str) -> dict[str, object]:
+            return {**super().create_kwargs(label), "network_mode": "bridge"}
+
+    leaky = WithNetwork(backend.engine, backend.image, backend.hardening, {},
+                        Path(backend.spec_path))
+    with pytest.raises(SandboxError, match="network interfaces besides loopback"), \
+            leaky.open("t"):
+        pass
+
+
+def test_a_build_that_tries_to_reach_the_network(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        result = box.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), "
+                         "timeout=3)\"; getent hosts deb.debian.org || echo NO-DNS", 30)
+        assert "Network is unreachable" in result.output and "NO-DNS" in result.output
+        still_serving(box)
+
+
+def test_a_fork_bomb(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        result = box.run("bomb() { bomb | bomb & }; bomb; sleep 30", 5)
+        assert not result.passed and "fork" in result.output.lower()  # the pids limit held
+        alive = box.run("ls /proc | grep -c '^[0-9]'", 10)
+        assert int(alive.output) < 10, alive.output  # init, keeper, helper, this shell
+        still_serving(box)
+
+
+def test_an_output_flood(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        result = box.run("yes 'flood flood flood'", 3)
+        assert result.timed_out and result.truncated and result.total_bytes > 1_000_000
+        assert len(result.output) < 100_000
+        still_serving(box)
+
+
+def test_a_command_that_never_ends(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        result = box.run("trap '' TERM INT; while :; do sleep 1; done", 2)
+        assert result.timed_out and result.seconds < 10
+        assert box.run("ps -eo comm= 2>/dev/null | grep -c sleep || true", 10).output.strip() \
+            in ("0", "")
+        still_serving(box)
+
+
+def test_a_memory_hog(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        result = box.run("python3 -c \"b = b'x' * (2 * 1024**3)\"", 60)
+        assert not result.passed and result.exit_code in (137, -9, 1)
+        still_serving(box)
+
+
+def test_a_disk_filler(backend: DockerBackend) -> None:
+    with backend.open("t") as box:
+        result = box.run("dd if=/dev/zero of=big bs=1M count=500; dd if=/dev/zero of=/tmp/big "
+                         "bs=1M count=500; touch /usr/evil /evil", 60)
+        assert "No space left on device" in result.output
+        assert "Read-only file system" in result.output
+        assert not result.passed
+        still_serving(box)
+
+
+@pytest.mark.parametrize("path", ["../outside", "/etc/passwd", "a/../../etc/passwd"])
+def test_tool_calls_with_escaping_paths(backend: DockerBackend, path: str) -> None:
+    with backend.open("t") as box:
+        with pytest.raises(ToolFailure):
+            box.write_file(path, b"x")
+        with pytest.raises(ToolFailure):
+            box.read_file(path)
+        still_serving(box)
+
+
+def test_a_symlink_out_of_the_workspace_in_the_repository(tmp_path: Path,
+                                                          backend: DockerBackend) -> None:
+    repo = Repo.init(tmp_path / "repo")
+    repo.commit_files("main", {"README.md": "hi\n"}, "init")
+    tree = repo.make_tree(repo.tree_of("main"), [])
+    link_blob = repo.write_blob(b"/etc")
+    from runner.gitrepo import FileChange, TreeEntry
+
+    tree = repo.make_tree(tree, [FileChange("escape", TreeEntry("120000", link_blob))])
+    with backend.open("t") as box:
+        box.load_tree(repo.tar_of_tree(tree))
+        state = WorkState(repo, box, tree, repo.resolve("main"), Commands(None, None, 10))
+        with pytest.raises(ToolFailure, match="outside the workspace"):
+            state.read_file("escape/passwd", None, None)
+        with pytest.raises(ToolFailure, match="symlink"):
+            state.write_file("escape/cron", "x")
+        with pytest.raises(ToolFailure, match="symlink"):
+            state.delete_file("escape")
+        assert state.changes() == []
+        still_serving(box)
+
+
+def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("SOME_HOST_VAR", "host-only")
+    from runner import images
+    from tests.docker.conftest import SMALL
+
+    backend = DockerBackend(engine, images.DEFAULT_IMAGE, SMALL, {"LANG": "C.UTF-8"},
+                            tmp_path / "spec.toml")
+    with backend.open("t") as box:
+        output = box.run("env; cat /proc/1/environ | tr '\\0' '\\n'", 10).output
+    assert "sk-secret-value" not in output and "OPENAI" not in output
+    assert "host-only" not in output and os.environ["HOME"] not in output
+
+
+def test_an_image_without_python3_is_refused_with_the_requirement(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    context = tmp_path / "nopython"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        "FROM retcon-sandbox/base:latest\nUSER root\nRUN rm -f /usr/bin/python3*\n")
+    engine.build(context, "retcon-sandbox-test/nopython:latest", {}, lambda line: None)
+    from tests.docker.conftest import SMALL
+
+    backend = DockerBackend(engine, "retcon-sandbox-test/nopython:latest", SMALL, {},
+                            tmp_path / "spec.toml")
+    with pytest.raises(SandboxError, match="has no python3"), backend.open("t"):
+        pass
