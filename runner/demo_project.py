@@ -213,9 +213,14 @@ MESSY: list[tuple[str, dict[str, str | None]]] = [
     ("fix tests", {"tests/test_discounts.py": TEST_DISCOUNTS}),
 ]
 
+PATHS_NOTE = """# Each [[commit]] below lists `paths`, so no model is needed; `retcon-sandbox demo --llm` writes
+# the same spec with hints only."""
+HINTS_NOTE = """# Each [[commit]] below has hints only: a model extracts the changes (`retcon-sandbox demo`
+# without --llm writes the same spec with `paths`, and needs no model)."""
+
 SPEC_HEAD = '''# retcon-sandbox demo: four clean commits out of ten messy ones.
-# Each [[commit]] below lists `paths`, so no model is needed; `retcon-sandbox demo --llm` writes
-# the same spec with hints only. retcon-sandbox appends each commit's `history` as it works.
+{note}
+# retcon-sandbox appends each commit's `history` as it works.
 source = "feature"          # the messy branch
 remote = "main"             # what it will merge into
 cleaned = "feature-clean"   # the clean branch, created at merge-base(feature, main)
@@ -247,7 +252,7 @@ discounted_total(cart, code) applies a percentage code (WELCOME10, SUMMER25).'''
 
 
 def spec_text(with_paths: bool) -> str:
-    parts = [SPEC_HEAD]
+    parts = [SPEC_HEAD.format(note=PATHS_NOTE if with_paths else HINTS_NOTE)]
     for message, hints, paths in COMMITS:
         parts.append(f'\n[[commit]]\nmessage = """{message}"""\nhints = "{hints}"\n')
         if with_paths:

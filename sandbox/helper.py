@@ -362,17 +362,25 @@ class Helper:
                 "subreaper": become_subreaper(), "problems": problems}
 
     def op_extract(self, req: Response, payload: bytes) -> Response:
+        """Unpack the tree that goes in: fresh files only (O_EXCL), never through a symlink."""
         count = 0
+        made = set()
         with tarfile.open(fileobj=io.BytesIO(payload), mode="r:") as tar:
             for member in tar:
                 target = self.ws.for_write(member.name)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+                parent = os.path.dirname(target)
+                if parent not in made:
+                    os.makedirs(parent, exist_ok=True)
+                    made.add(parent)
                 if member.issym():
                     os.symlink(member.linkname, target)
                 elif member.isfile():
                     source = tar.extractfile(member)
-                    data = source.read() if source else b""
-                    self._atomic_write(target, data, 0o755 if member.mode & 0o111 else 0o644)
+                    mode = 0o755 if member.mode & 0o111 else 0o644
+                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 mode)
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(source.read() if source else b"")
                 else:
                     continue
                 count += 1

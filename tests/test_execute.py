@@ -242,3 +242,54 @@ def test_unknown_branch_and_checked_out_cleaned_branch_are_refused(demo: Demo) -
     git(demo.path, "checkout", "-q", "-b", "feature-clean")
     result = cli("execute", str(demo.spec), *LOCAL)
     assert result.code == 1 and "is checked out" in result.err
+
+
+def test_fixes_that_change_nothing_exhaust_the_budget(tmp_path: Path) -> None:
+    from tests.fake_openai import call
+    from tests.scripts import BROKEN_DISCOUNTS, write
+
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    first, _ = stuck_then_fixed()
+    script = [first[0],
+              [write("shop/discounts.py", BROKEN_DISCOUNTS), call("create_commit", message="m")],
+              [call("create_commit", message="try")], [call("create_commit", message="again")],
+              [call("create_commit", message="once more")]]
+    with FakeOpenAI(script) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        results = model.tool_results()
+    assert result.code == 3, result.out + result.err
+    assert sum("nothing to commit" in r for r in results) == 2
+    assert "No progress: 3 attempts to commit changed nothing" in demo.spec.read_text()
+
+
+def test_stuck_at_a_terminal_asks_for_a_note_and_goes_on(tmp_path: Path) -> None:
+    import pty
+
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    first, second = stuck_then_fixed()
+    with FakeOpenAI(first + second) as model:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "execute", str(demo.spec), "--sandbox", "local"],
+            stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **llm_env(model.base_url)})
+        os.close(follower)
+        os.write(leader, b"Discounts only need check_price from commit 1.\n")
+        out, err = proc.communicate(timeout=120)
+        os.close(leader)
+    assert proc.returncode == 0, out + err
+    assert "Type a resolution note" in out
+    assert '{ resolved = "Discounts only need check_price from commit 1." }' in \
+        demo.spec.read_text()
+
+
+def test_demo_with_a_model_uses_hints(tmp_path: Path) -> None:
+    with FakeOpenAI(reconstruction()) as model:
+        result = cli("demo", "--llm", "--sandbox", "local", "--directory",
+                     str(tmp_path / "demo"), env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    spec_text = (tmp_path / "demo" / "history-spec.toml").read_text()
+    assert "\npaths = " not in spec_text and "hints only: a model extracts" in spec_text
+    assert "Tree check: feature-clean == feature ✓" in result.out
+    no_model = cli("demo", "--llm", "--sandbox", "local", "--directory", str(tmp_path / "d2"))
+    assert no_model.code == 1 and "need a model" in no_model.err

@@ -1,0 +1,138 @@
+"""What the sandbox costs, side by side with the alternative, in one run.
+
+    python3 bench/sandbox_overhead.py [--calls 300] [--files 5000]
+
+Prints: time to a ready container; tool-call latency p50/p95 through the persistent helper
+against one `docker exec` per call; copy-in and copy-out of a FILES-file repository (our tar
+stream through the helper, and reading files back as text, against `docker cp`-style archives
+into a plain container); the demo's build and tests in the sandbox against the same on the host;
+and the whole per-commit overhead. Nothing is asserted: these are figures to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from runner import demo_project, images
+from runner.docker_backend import DockerBackend, DockerEngine, Hardening
+
+BUILD = "python3 -m compileall -q shop tests"
+TEST = "python3 -m pytest -q -p no:cacheprovider"
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"
+
+
+def repo_tar(files: int) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for i in range(files):
+            data = f"# module {i}\nVALUE = {i}\n".encode() * 20
+            info = tarfile.TarInfo(f"pkg{i % 50}/mod{i}.py")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def demo_tar() -> bytes:
+    files = dict(demo_project.BASE)
+    for _, changes in demo_project.MESSY:
+        files.update({k: v for k, v in changes.items() if v is not None})
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def row(what: str, ours: str, other: str) -> None:
+    print(f"  {what:<44} {ours:>16}   {other:>16}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--files", type=int, default=5000)
+    args = parser.parse_args()
+    engine = DockerEngine()
+    images.ensure(engine, images.DEFAULT_IMAGE, lambda line: print(line, file=sys.stderr))
+    backend = DockerBackend(engine, images.DEFAULT_IMAGE, Hardening(), {},
+                            Path("/tmp/bench-spec.toml"))
+
+    ready = []
+    for _ in range(5):
+        start = time.perf_counter()
+        with backend.open("bench"):
+            ready.append(time.perf_counter() - start)
+    print(f"\nretcon-sandbox sandbox overhead ({engine.client.version()['Version']} engine)\n")
+    row("", "retcon-sandbox", "alternative")
+    row("ready container (create, start, helper)", ms(statistics.median(ready)), "")
+
+    big = repo_tar(args.files)
+    with backend.open("bench") as box:
+        copy_in = timed(lambda: box.load_tree(big))
+        box.write_file("probe.txt", b"hello\n" * 20)
+        calls = [timed(lambda: box.read_file("probe.txt")) for _ in range(args.calls)]
+        names = box.list_files()
+        copy_out = timed(lambda: [box.read_file(n) for n in names])
+        container = engine.client.containers.list(filters={"label": "retcon-sandbox.step"})[0]
+        execs = [timed(lambda: container.exec_run(["cat", "/workspace/probe.txt"],
+                                                  user="10001:10001"))
+                 for _ in range(max(20, args.calls // 10))]
+    plain = engine.client.containers.run(images.DEFAULT_IMAGE, ["sleep", "infinity"],
+                                         detach=True, labels={"retcon-sandbox.run": "bench"})
+    try:
+        cp_in = timed(lambda: plain.put_archive("/tmp", big))
+        cp_out = timed(lambda: b"".join(plain.get_archive("/tmp")[0]))
+    finally:
+        plain.remove(force=True)
+    row("tool call p50 (helper vs docker exec)", ms(pct(calls, 0.5)), ms(pct(execs, 0.5)))
+    row("tool call p95 (helper vs docker exec)", ms(pct(calls, 0.95)), ms(pct(execs, 0.95)))
+    row(f"copy-in, {args.files} files (helper vs docker cp)", ms(copy_in), ms(cp_in))
+    row(f"copy-out, {args.files} files (text reads vs cp)", ms(copy_out), ms(cp_out))
+
+    with tempfile.TemporaryDirectory() as host_dir:
+        with tarfile.open(fileobj=io.BytesIO(demo_tar())) as tar:
+            tar.extractall(host_dir, filter="data")
+        host = [timed(lambda c=c: subprocess.run(c, shell=True, cwd=host_dir, check=True,
+                                                  capture_output=True)) for c in (BUILD, TEST)]
+    start = time.perf_counter()
+    with backend.open("bench") as box:
+        box.load_tree(demo_tar())
+        inside = [box.run(c, 120).seconds for c in (BUILD, TEST)]
+    total = time.perf_counter() - start
+    row("demo build (sandbox vs host)", ms(inside[0]), ms(host[0]))
+    row("demo tests (sandbox vs host)", ms(inside[1]), ms(host[1]))
+    overhead = total - sum(inside)  # container, helper, copy-in, round trips, removal
+    row("sandbox overhead per commit (all but the commands)", ms(overhead), "")
+    print()
+
+
+if __name__ == "__main__":
+    main()
