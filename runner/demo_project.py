@@ -39,6 +39,12 @@ def test_rejects_bad_quantity():
         Cart().add("apple", 3, 0)
 ''',
     "README.md": "# shop\n\nA tiny shop.\n",
+    "shop/legacy_checks.py": '''"""Old validation helpers; the cart does its own checks now."""
+
+
+def positive(value):
+    return value > 0
+''',
 }
 
 VALIDATION = '''"""Input validation shared by the cart and the discounts."""
@@ -201,7 +207,8 @@ Codes are upper-case letters and digits; an unknown code raises KeyError.
 
 MESSY: list[tuple[str, dict[str, str | None]]] = [
     ("WIP discounts", {"shop/discounts.py": DISCOUNTS_WIP}),
-    ("move validation out of cart", {"shop/validation.py": VALIDATION}),
+    ("move validation out of cart", {"shop/validation.py": VALIDATION,
+                                     "shop/legacy_checks.py": None}),
     ("wip", {"shop/cart.py": CART,
              "README.md": BASE["README.md"] + "\n## Discount codes\n\nTODO\n"}),
     ("fix build", {"tests/test_validation.py": TEST_VALIDATION_WIP}),
@@ -213,10 +220,12 @@ MESSY: list[tuple[str, dict[str, str | None]]] = [
     ("fix tests", {"tests/test_discounts.py": TEST_DISCOUNTS}),
 ]
 
-PATHS_NOTE = """# Each [[commit]] below lists `paths`, so no model is needed; `retcon-sandbox demo --llm` writes
-# the same spec with hints only."""
-HINTS_NOTE = """# Each [[commit]] below has hints only: a model extracts the changes (`retcon-sandbox demo`
-# without --llm writes the same spec with `paths`, and needs no model)."""
+PATHS_NOTE = """\
+# Each [[commit]] below lists `paths`, so no model is needed;
+# `retcon-sandbox demo --llm` writes the same spec with hints only."""
+HINTS_NOTE = """\
+# Each [[commit]] below has hints only: a model extracts the changes
+# (`retcon-sandbox demo` without --llm writes the same spec with `paths`)."""
 
 SPEC_HEAD = '''# retcon-sandbox demo: four clean commits out of ten messy ones.
 {note}
@@ -234,9 +243,11 @@ COMMITS = [
     ('''refactor: move input validation into shop/validation.py
 
 The cart's checks become functions the discounts can reuse. No behaviour change.''',
-     "Create shop/validation.py with check_quantity and check_price, use them in the cart, and "
-     "add tests/test_validation.py. Nothing about discounts.",
-     ["shop/validation.py", "shop/cart.py", "tests/test_validation.py"]),
+     "Create shop/validation.py with check_quantity and check_price, use them in the cart, "
+     "add tests/test_validation.py and delete the unused shop/legacy_checks.py. Nothing about "
+     "discounts.",
+     ["shop/validation.py", "shop/cart.py", "tests/test_validation.py",
+      "shop/legacy_checks.py"]),
     ('''feat: discount codes
 
 discounted_total(cart, code) applies a percentage code (WELCOME10, SUMMER25).''',

@@ -135,7 +135,7 @@ class Engine:
         event = "commit_start" if isinstance(step, Fresh) else "resume"
         self.report.emit(event, number=commit.number, total=total, subject=commit.subject)
         if isinstance(step, Blocked):
-            commit = self._unblock(commit, step)
+            commit = self._unblock(commit, step, previously=True)
         if isinstance(step, Verify):
             self._recover(commit, step)
         tip = self._tip()
@@ -185,13 +185,18 @@ class Engine:
             "Reset the branch to that commit, or remove the entries after the last `complete` "
             "from this commit's history, then rerun.")
 
-    def _unblock(self, commit: CommitSpec, step: Blocked) -> CommitSpec:
+    def _unblock(self, commit: CommitSpec, step: Blocked, previously: bool = False
+                 ) -> CommitSpec:
         note = self.ask(commit, step.summary) if self.ask else None
         if note:
             self.report.emit("resolved", note=note)
             return self._append(commit, Resolved(note))
+        message = f"commit #{commit.number} ({commit.subject}) is stuck: {step.summary}"
+        if previously:
+            message = ("Previously stuck - add a `resolved` entry to continue\n"
+                       f"  commit #{commit.number} ({commit.subject}): {step.summary}")
         raise StuckError(
-            f"commit #{commit.number} ({commit.subject}) is stuck: {step.summary}",
+            message,
             f"Edit {self.spec.path.name} and add after the `stuck` entry:\n"
             '    { resolved = "description of what you changed" }\n'
             "then rerun the same command.")

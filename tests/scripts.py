@@ -23,6 +23,7 @@ def reconstruction() -> list[Step]:
          call("read_file", offset=3)],
         [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
          write("tests/test_validation.py", d.TEST_VALIDATION),
+         call("delete_file", path="shop/legacy_checks.py"),
          call("create_commit", message="Move validation")],
         # commit 2: a first attempt that does not build, then a fix in the fix loop
         "Let me think about discounts first.",
@@ -42,7 +43,9 @@ def stuck_then_fixed() -> tuple[list[Step], list[Step]]:
     """Commit 2 is reported stuck; after a `resolved` note, the run finishes."""
     first = [
         [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
-         write("tests/test_validation.py", d.TEST_VALIDATION), call("create_commit", message="m")],
+         write("tests/test_validation.py", d.TEST_VALIDATION),
+         call("delete_file", path="shop/legacy_checks.py"),
+         call("create_commit", message="m")],
         [call("report_stuck", summary="discounts need a helper that commit 4 introduces; "
               "reorder or merge the commits")],
     ]

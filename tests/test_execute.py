@@ -72,6 +72,9 @@ def test_llm_reconstructs_a_messy_branch_into_four_commits(tmp_path: Path) -> No
     assert any(r.startswith("Build PASS") for r in results)
     assert any(r.startswith("Tests PASS") and "passed" in r for r in results)
     assert any(r.startswith("Wrote shop/discounts.py") for r in results)
+    # the refactor's deletion is in the refactor's commit
+    assert "shop/legacy_checks.py" not in demo.git("ls-tree", "-r", "--name-only",
+                                                   "feature-clean~4")
     # progress reads like the seed's session
     for line in ("Commit 2/4: feat: discount codes", "Building... FAIL", "Fix attempt 1:",
                  "Creating fixup commit...", "Tree check: cleaned == source ✓", "Complete!",
@@ -118,6 +121,7 @@ def test_stuck_then_resolved_then_resume(tmp_path: Path) -> None:
 
     again = cli("execute", str(demo.spec), *LOCAL, env=llm_env("http://127.0.0.1:9/v1"))
     assert again.code == 3 and "Resuming from commit 2/4" in again.out
+    assert "Previously stuck - add a `resolved` entry to continue" in again.err
     assert "add after the `stuck` entry" in again.err
 
     text = demo.spec.read_text()
