@@ -70,8 +70,9 @@ AskNote = Callable[[CommitSpec, str], str | None]
 
 
 class Engine:
-    def __init__(self, specfile: SpecFile, repo: Repo, backend: Backend, agent: Agent | None,
-                 reporter: Reporter, options: RunOptions, ask: AskNote | None = None) -> None:
+    def __init__(self, specfile: SpecFile, spec: Spec, repo: Repo, backend: Backend,
+                 agent: Agent | None, reporter: Reporter, options: RunOptions,
+                 ask: AskNote | None = None) -> None:
         self.specfile = specfile
         self.repo = repo
         self.backend = backend
@@ -79,7 +80,7 @@ class Engine:
         self.report = reporter
         self.options = options
         self.ask = ask
-        self.spec: Spec = specfile.load()
+        self.spec = spec
         self.tokens: dict[int, int] = {}
         self.source = ""
         self.base = ""

@@ -7,7 +7,6 @@ point and the next run picks up exactly where the file says it was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 SHA_LEN = 40
 
@@ -146,18 +145,3 @@ def next_step(history: list[Entry]) -> Next:
     if created:
         return Verify(created[-1], note, stuck, interrupted)
     return Extract(note, stuck, interrupted)
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a run resumes: the first commit whose history does not end in `complete`."""
-
-    index: int | None
-    kind: Literal["all-complete", "resume"]
-
-
-def resume_position(histories: list[list[Entry]]) -> Position:
-    for i, history in enumerate(histories):
-        if not isinstance(next_step(history), Done):
-            return Position(i, "resume")
-    return Position(None, "all-complete")

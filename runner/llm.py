@@ -7,7 +7,6 @@ The SDK's own retries are off; tenacity retries rate limits, timeouts, connectio
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,7 +128,3 @@ def _reply(response: Any) -> Reply:
             for c in calls
         ]
     return Reply(message.content, calls, usage, as_dict)
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

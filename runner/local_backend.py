@@ -76,3 +76,6 @@ class LocalBackend:
 
     def reap(self) -> int:
         return 0
+
+    def describe(self) -> str:
+        return "local (UNSANDBOXED: for tests only)"

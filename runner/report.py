@@ -41,7 +41,6 @@ FORMATS: dict[str, Any] = {
                                    f"{_short(d['tip'])}"),
     "resume": lambda d: f"\nResuming from commit {d['number']}/{d['total']}: {d['subject']}",
     "commit_start": lambda d: f"\nCommit {d['number']}/{d['total']}: {d['subject']}",
-    "commit_done_before": lambda d: f"  ✓ Commit {d['number']} already complete",
     "resolved": lambda d: f"  Resolved: {d['note']}",
     "recovered": lambda d: f"  Recovering an interrupted run: {d['what']}",
     "sandbox": lambda d: f"  Sandbox ready ({d['files']} files, {d['seconds']:.1f}s)",

@@ -263,7 +263,6 @@ class SpecFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path.resolve()
-        self._lock_fd: int | None = None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[SpecFile]:
@@ -271,11 +270,9 @@ class SpecFile:
         run's lock is released by the kernel."""
         lock_path = self.path.with_name(f".{self.path.name}.lock")
         fd = self._acquire(lock_path)
-        self._lock_fd = fd
         try:
             yield self
         finally:
-            self._lock_fd = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(lock_path)
             os.close(fd)

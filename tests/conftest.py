@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import demo_project
-from runner.gitrepo import Repo
+from runner.commands.demo import create
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR", "GIT_INDEX_FILE",
@@ -60,15 +59,7 @@ class Demo:
 
 def make_demo(directory: Path, with_paths: bool, spec_text: str | None = None) -> Demo:
     """The demo's messy repository (10 commits, interleaved concerns) and a 4-commit spec."""
-    directory.mkdir(parents=True, exist_ok=True)
-    repo = Repo.init(directory)
-    repo.commit_files("main", dict(demo_project.BASE), "Initial shop")
-    repo.update_branch("feature", repo.resolve("main"), None, "branch")
-    for message, files in demo_project.MESSY:
-        repo.commit_files("feature", files, message)
-    repo.check_out("main")
-    spec = directory / "history-spec.toml"
-    spec.write_text(spec_text or demo_project.spec_text(with_paths))
+    spec = create(directory, with_paths, spec_text)
     return Demo(directory, spec)
 
 

@@ -13,7 +13,6 @@ from runner.history import (
     Stuck,
     Verify,
     next_step,
-    resume_position,
 )
 
 A, B = "a" * 40, "b" * 40
@@ -69,9 +68,3 @@ def test_a_response_alone_does_not_start_anything() -> None:
 def test_fix_commits_after_resolution_keep_the_note_and_verify_the_newest() -> None:
     history = [Started(), CommitCreated(A), Stuck("s"), Resolved("r"), CommitCreated(B)]
     assert next_step(history) == Verify(B, "r", "s", interrupted=True)
-
-
-def test_resume_position_is_the_first_incomplete_commit() -> None:
-    done = [Started(), CommitCreated(A), Complete()]
-    assert resume_position([done, [], [Started()]]).index == 1
-    assert resume_position([done, done]).kind == "all-complete"

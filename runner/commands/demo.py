@@ -13,8 +13,9 @@ from runner.gitrepo import Repo
 WIDTH = 44
 
 
-def create(directory: Path, with_paths: bool) -> Path:
-    """The demo repository and its spec; returns the spec's path."""
+def create(directory: Path, with_paths: bool, spec_text: str | None = None) -> Path:
+    """The demo repository and its spec (the demo's own, unless given); returns the spec's
+    path."""
     if directory.exists() and any(directory.iterdir()):
         raise UsageError(f"{directory} is not empty", "Give --directory a new or empty folder.")
     directory.mkdir(parents=True, exist_ok=True)
@@ -25,7 +26,7 @@ def create(directory: Path, with_paths: bool) -> Path:
         repo.commit_files("feature", files, message)
     repo.check_out("main")
     spec = directory / "history-spec.toml"
-    spec.write_text(demo_project.spec_text(with_paths), encoding="utf-8")
+    spec.write_text(spec_text or demo_project.spec_text(with_paths), encoding="utf-8")
     return spec
 
 

@@ -40,10 +40,10 @@ def run(options: ExecuteOptions) -> int:
         repo = Repo(spec.path.parent)
         backend = make_backend(options.sandbox, spec, options.image, progress=not options.json)
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
-                      cleaned=spec.cleaned, sandbox=getattr(backend, "describe", lambda: "local")())
+                      cleaned=spec.cleaned, sandbox=backend.describe())
         agent = make_agent(settings, spec.path)
         interactive = not options.non_interactive and not options.json and sys.stdin.isatty()
-        engine = Engine(specfile, repo, backend, agent, reporter,
+        engine = Engine(specfile, spec, repo, backend, agent, reporter,
                         RunOptions(build=options.build, test=options.test, skip=options.skip,
                                    timeout=options.timeout or spec.sandbox.timeout,
                                    squash_wip=options.squash_wip),
