@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from runner.llm import ChatModel, Reply, Usage
 from runner.sandbox_api import ToolFailure
-from runner.tools import ArgumentError, openai_schema, parse_call
+from runner.tools import WORK_TOOLS, ArgumentError, openai_schema, parse_call
 from runner.workspace import WorkState, describe
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
@@ -33,7 +33,32 @@ class GaveUp:
     summary: str
 
 
-Outcome = Committed | GaveUp
+@dataclass(frozen=True)
+class Assigned:
+    """Remaining paths and the number of the commit each belongs to."""
+
+    paths: dict[str, int]
+
+
+Outcome = Committed | GaveUp | Assigned
+
+
+class Assignments:
+    """What the model may assign in a remainder step, and what it did assign."""
+
+    def __init__(self, paths: list[str], commits: int) -> None:
+        self.allowed = set(paths)
+        self.commits = commits
+        self.chosen: dict[str, int] = {}
+
+    def assign(self, path: str, commit: int) -> str:
+        if path not in self.allowed:
+            raise ToolFailure(f"{path} is not among the remaining paths")
+        if not 0 <= commit <= self.commits:
+            raise ToolFailure(f"commit must be 0 (none) or 1..{self.commits}")
+        self.chosen[path] = commit
+        left = len(self.allowed) - len(self.chosen)
+        return f"{path} → commit {commit or 'none'} ({left} path(s) not assigned yet)"
 
 
 class Transcript:
@@ -67,9 +92,9 @@ class Agent:
         self.model = model
         self.transcript = transcript
         self.limits = limits
-        self.schema = openai_schema()
 
-    def run(self, state: WorkState, task: str, label: str) -> tuple[Outcome, Usage]:
+    def run(self, state: WorkState, task: str, label: str, offered: tuple[str, ...] = WORK_TOOLS,
+            assignments: Assignments | None = None) -> tuple[Outcome, Usage]:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": prompt("system")},
             {"role": "user", "content": task},
@@ -79,7 +104,7 @@ class Agent:
         logged = 0
         for turn in range(1, self.limits.max_turns + 1):
             sent = len(messages)
-            reply = self.model.complete(messages, self.schema)
+            reply = self.model.complete(messages, openai_schema(offered))
             usage = usage + reply.usage
             self.transcript.write({"step": label, "turn": turn, "model": self.model.name,
                                    "sent": messages[logged:sent], "reply": reply.message,
@@ -87,7 +112,7 @@ class Agent:
                                              "completion_tokens": reply.usage.completion_tokens}})
             messages.append(reply.message)
             logged = len(messages)
-            outcome, results, empty = self._act(state, reply)
+            outcome, results, empty = self._act(state, reply, offered, assignments)
             empty_commits += empty
             messages.extend(results)
             if outcome is not None:
@@ -98,15 +123,21 @@ class Agent:
         return GaveUp(f"The model did not finish the step within {self.limits.max_turns} turns."
                       ), usage
 
-    def _act(self, state: WorkState, reply: Reply) -> tuple[Outcome | None, list[dict[str, Any]],
-                                                            int]:
+    def _act(self, state: WorkState, reply: Reply, offered: tuple[str, ...],
+             assignments: Assignments | None) -> tuple[Outcome | None, list[dict[str, Any]], int]:
         if not reply.tool_calls:
             return None, [{"role": "user", "content": prompt("nudge")}], 0
         results: list[dict[str, Any]] = []
         empty = 0
         for call in reply.tool_calls:
             try:
-                tool, args = parse_call(call.name, call.arguments)
+                tool, args = parse_call(call.name, call.arguments, offered)
+                if assignments is not None and tool.name == "finish_assignment":
+                    return Assigned(dict(assignments.chosen)), results, empty
+                if assignments is not None and tool.name == "assign_path":
+                    text = assignments.assign(args["path"], args["commit"])
+                    results.append({"role": "tool", "tool_call_id": call.id, "content": text})
+                    continue
                 if tool.name == "report_stuck":
                     return GaveUp(str(args["summary"]).strip() or "(no summary)"), results, empty
                 if tool.name == "create_commit":

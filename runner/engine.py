@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.agent import Agent, GaveUp, Outcome, prompt
+from runner.agent import Agent, Assigned, Assignments, Committed, GaveUp, prompt
 from runner.errors import ModelError, RetconError, StuckError
 from runner.gitrepo import FileChange, Repo
 from runner.history import (
@@ -30,11 +30,11 @@ from runner.history import (
     commits_created,
     next_step,
 )
-from runner.llm import Usage
 from runner.paths import matches
 from runner.report import Reporter
 from runner.sandbox_api import Backend
 from runner.spec import CommitSpec, Spec, SpecFile
+from runner.tools import ASSIGN_TOOLS
 from runner.workspace import Commands, WorkState, describe
 
 TAIL_LINES = 15
@@ -81,7 +81,7 @@ class Engine:
         self.options = options
         self.ask = ask
         self.spec = spec
-        self.tokens: dict[int, int] = {}
+        self.tokens: dict[str, int] = {}
         self.source = ""
         self.base = ""
 
@@ -148,17 +148,17 @@ class Engine:
             self.report.emit("sandbox", files=files, seconds=time.monotonic() - started)
             self._loop(commit, state)
 
-    def _loop(self, commit: CommitSpec, state: WorkState) -> None:
+    def _loop(self, commit: CommitSpec, state: WorkState, resumed: bool = True) -> None:
         counters = Counters(seen={state.base_tree})
-        first = True
+        first = resumed
         while True:
             step = next_step(list(commit.history))
             if isinstance(step, Verify) and step.interrupted and first:
                 self.report.emit("recovered", what=f"re-verifying {step.expected_tip[:7]}")
             first = False
             if isinstance(step, Done):
-                fixes = max(0, len(commits_created(list(commit.history))) - 1)
-                self.report.emit("commit_complete", number=commit.number, fixes=fixes)
+                self.report.emit("commit_complete", number=commit.number,
+                                 fixes=self._fixes(commit))
                 return
             if isinstance(step, Blocked):
                 commit = self._unblock(commit, step)
@@ -288,19 +288,20 @@ class Engine:
 
     # -- the pieces that write ------------------------------------------------------------------
 
-    def _ask_model(self, commit: CommitSpec, state: WorkState, task: str, label: str) -> Outcome:
+    def _ask_model(self, commit: CommitSpec, state: WorkState, task: str, label: str
+                   ) -> Committed | GaveUp:
         assert self.agent is not None
         try:
             outcome, usage = self.agent.run(state, task, f"commit-{commit.number}/{label}")
         except ModelError as exc:
             return GaveUp(f"The model endpoint failed: {exc.message}")
-        self._count(commit, usage)
+        key = str(commit.number)
+        self.tokens[key] = self.tokens.get(key, 0) + usage.total
+        if isinstance(outcome, Assigned):  # not offered in a work step
+            outcome = GaveUp("The model ended a work step without a commit.")
         if isinstance(outcome, GaveUp):
             self.report.emit("llm_stuck", summary=outcome.summary)
         return outcome
-
-    def _count(self, commit: CommitSpec, usage: Usage) -> None:
-        self.tokens[commit.number] = self.tokens.get(commit.number, 0) + usage.total
 
     def _commit(self, commit: CommitSpec, state: WorkState, message: str,
                 fix_message: str | None = None) -> CommitSpec:
@@ -344,58 +345,107 @@ class Engine:
     # -- the end of the run ---------------------------------------------------------------------
 
     def _finish(self) -> Result:
+        self._remainder()
         if self.options.squash_wip:
             self._squash()
-        self._leftover()
         tip = self._tip()
         equal = self.repo.tree_of(tip) == self.repo.tree_of(self.source)
         differing = 0 if equal else len(self.repo.changed_paths(tip, self.source))
         self.report.emit("tree_check", equal=equal, differing=differing)
-        histories = [list(c.history) for c in self.spec.commits]
         self.report.emit(
-            "summary", complete=True, logical=len(histories),
-            fixes=sum(max(0, len(commits_created(h)) - 1) for h in histories),
+            "summary", complete=True, logical=len(self.spec.commits),
+            fixes=sum(self._fixes(c) for c in self.spec.commits),
             branch=self.spec.cleaned, base=self._first_parent(), tokens=self.tokens)
         return Result(complete=True, trees_equal=equal)
+
+    def _fixes(self, commit: CommitSpec) -> int:
+        """How many of this commit's commits are `fixup!`s (a catch-all commit is not)."""
+        return sum(1 for sha in commits_created(list(commit.history))
+                   if self.repo.message_of(sha).startswith("fixup! "))
 
     def _first_parent(self) -> str:
         first = commits_created(list(self.spec.commits[0].history))
         parent = self.repo.parent_of(first[0]) if first else None
         return parent or self.base
 
-    def _leftover(self) -> None:
-        """Whatever no spec entry claimed goes into one final commit, loudly."""
+    def _remainder(self) -> None:
+        """What the spec's commits left out: the model assigns each path to the commit it belongs
+        to (a `fixup!` of it, verified like any fix); the rest goes into one final commit, loudly.
+        Each is recorded in its commit's history after that commit's `complete`."""
         tip = self._tip()
-        changed = self.repo.changed_paths(tip, self.source)
-        if not changed:
+        remaining = self.repo.changed_paths(tip, self.source)
+        if not remaining:
             return
+        self.report.emit("remainder", paths=remaining)
+        with self.backend.open("remainder") as box:
+            tree = self.repo.tree_of(tip)
+            state = WorkState(self.repo, box, tree, self.source, self._commands())
+            box.load_tree(self.repo.tar_of_tree(tree))
+            chosen = self._assign(state, remaining) if self.agent else {}
+            groups: dict[int, list[str]] = {}
+            for path in remaining:
+                groups.setdefault(chosen.get(path, 0), []).append(path)
+            for number in sorted(n for n in groups if n):
+                commit = self.spec.commits[number - 1]
+                self._fold(commit, state, groups[number], "remainder_commit",
+                           f"fixup! {commit.subject}\n\nRemaining changes from "
+                           f"{self.spec.source} that belong to this commit.")
+            if groups.get(0):
+                sha = self._fold(self.spec.commits[-1], state, groups[0], "leftover_commit",
+                                 f"Remaining changes from {self.spec.source}\n\nNo [[commit]] "
+                                 f"entry of {self.spec.path.name} claimed these paths:\n"
+                                 + "".join(f"  {p}\n" for p in groups[0]))
+                self.report.emit("leftover", sha=sha, paths=groups[0])
+
+    def _assign(self, state: WorkState, remaining: list[str]) -> dict[str, int]:
+        assert self.agent is not None
+        assignments = Assignments(remaining, len(self.spec.commits))
+        task = prompt("assign", paths="\n".join(remaining), commits="\n".join(
+            f"{c.number}. {c.subject}" for c in self.spec.commits))
+        self.report.emit("assigning")
+        try:
+            outcome, usage = self.agent.run(state, task, "remainder", ASSIGN_TOOLS, assignments)
+        except ModelError as exc:
+            self.report.emit("warning", message=f"the model could not assign the remaining "
+                             f"paths ({exc.message}); they go into one final commit")
+            return {}
+        self.tokens["remainder"] = self.tokens.get("remainder", 0) + usage.total
+        return outcome.paths if isinstance(outcome, Assigned) else dict(assignments.chosen)
+
+    def _fold(self, commit: CommitSpec, state: WorkState, paths: list[str], event: str,
+              message: str) -> str:
+        """Take `paths` from source as one more commit of `commit`, then verify it (and fix it)
+        like any other."""
+        self.report.emit(event, number=commit.number, subject=commit.subject, paths=paths)
         entries = self.repo.ls_tree(self.repo.tree_of(self.source))
-        tree = self.repo.make_tree(self.repo.tree_of(tip),
-                                   [FileChange(p, entries.get(p)) for p in changed])
-        message = (f"Remaining changes from {self.spec.source}\n\nNo [[commit]] entry of "
-                   f"{self.spec.path.name} claimed these paths:\n"
-                   + "".join(f"  {p}\n" for p in changed))
-        sha = self.repo.commit_tree(tree, tip, message)
-        last = self.spec.commits[-1]
-        last = self._append(last, CommitCreated(sha))
-        self.repo.update_branch(self.spec.cleaned, sha, tip, "remaining changes")
-        self._append(last, Complete())
-        self.report.emit("leftover", sha=sha, paths=changed)
+        for path in paths:
+            state.put(path, entries.get(path))
+        commit = self._commit(commit, state, message)
+        self._loop(commit, state, resumed=False)
+        return commits_created(list(self.spec.commits[commit.number - 1].history))[-1]
 
     def _squash(self) -> None:
         """Fold each commit's fixups into it: one commit per spec entry, each the tree that
-        passed. The branch moves once, by compare-and-swap, and the final tree is checked."""
+        passed, plus the remainder fixups that belong to it (and to the commits before it). The
+        branch moves once, by compare-and-swap, and the final tree is checked."""
         tip = self._tip()
+        parent = self._first_parent()
+        log = self.repo.log(parent, tip)
+        if len(log) == len(self.spec.commits):
+            return  # one commit per entry already
+        folded: list[FileChange] = []
         trees: list[tuple[str, str]] = []
         for commit in self.spec.commits:
             history = list(commit.history)
-            done = history.index(Complete()) if Complete() in history else len(history)
-            shas = commits_created(history[:done])
-            trees.append((self.repo.tree_of(shas[-1]), commit.message))
-        trees[-1] = (self.repo.tree_of(tip), trees[-1][1])
-        parent = self._first_parent()
-        if self.repo.log(parent, tip) and len(self.repo.log(parent, tip)) == len(trees):
-            return  # one commit per entry already
+            done = history.index(Complete())
+            tree = self.repo.tree_of(commits_created(history[:done])[-1])
+            for sha in commits_created(history[done:]):  # remainder fixups of this commit
+                entries = self.repo.ls_tree(self.repo.tree_of(sha))
+                before = self.repo.parent_of(sha) or sha
+                folded += [FileChange(p, entries.get(p))
+                           for p in self.repo.changed_paths(before, sha)]
+            trees.append((self.repo.make_tree(tree, folded), commit.message))
+        trees[-1] = (self.repo.tree_of(tip), trees[-1][1])  # nothing after it is lost
         new = parent
         for tree, message in trees:
             new = self.repo.commit_tree(tree, new, message)

@@ -60,6 +60,13 @@ FORMATS: dict[str, Any] = {
     "auto_response": lambda d: f"  Using the pre-written response: {d['text']}",
     "commit_complete": lambda d: ("  ✓ Commit created" + (f" ({d['fixes']} fix)" if d["fixes"] == 1
                                   else f" ({d['fixes']} fixes)" if d["fixes"] else "")),
+    "remainder": lambda d: (f"\nRemaining: the commits left {len(d['paths'])} path(s) different "
+                            "from source"),
+    "assigning": lambda d: "  Assigning them to commits...",
+    "remainder_commit": lambda d: (f"\nRemaining changes for commit {d['number']}: "
+                                   f"{d['subject']}\n  " + ", ".join(d["paths"])),
+    "leftover_commit": lambda d: ("\nUnclaimed changes, in a catch-all commit on top:\n  "
+                                  + ", ".join(d["paths"])),
     "leftover": lambda d: ("\n  ⚠⚠ WARNING: the spec's commits did not cover everything. "
                            f"{len(d['paths'])} path(s) went into a final catch-all commit "
                            f"{_short(d['sha'])}:\n" + _indent("\n".join(d["paths"]))
@@ -79,7 +86,8 @@ def _summary(d: dict[str, Any]) -> str:
              f"  Branch: {d['branch']}"]
     tokens = d.get("tokens") or {}
     if tokens:
-        lines.append("  Tokens: " + ", ".join(f"#{k} {v:,}" for k, v in tokens.items()))
+        lines.append("  Tokens: " + ", ".join(f"{'#' if k.isdigit() else ''}{k} {v:,}"
+                                              for k, v in tokens.items()))
     if d["fixes"] and d.get("base"):
         lines += ["", "To squash fix commits:",
                   f"  git rebase -i --autosquash {_short(d['base'])} {d['branch']}",

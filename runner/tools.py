@@ -48,16 +48,24 @@ TOOLS: tuple[Tool, ...] = (
          "explain what a human needs to decide or change.",
          (Param("summary", "string", "What is blocking and what would unblock it"),),
          ends_step=True),
+    Tool("assign_path", "Say which commit a remaining changed path belongs to.",
+         (PATH, Param("commit", "integer", "The commit's number, or 0 if it belongs to none"))),
+    Tool("finish_assignment", "Finish assigning; paths not assigned go into a final commit.",
+         ends_step=True),
 )
 
 BY_NAME = {tool.name: tool for tool in TOOLS}
+# What each kind of step offers the model.
+WORK_TOOLS = ("read_file", "write_file", "delete_file", "list_files", "read_diff", "run_build",
+              "run_tests", "create_commit", "report_stuck")
+ASSIGN_TOOLS = ("read_diff", "read_file", "list_files", "assign_path", "finish_assignment")
 
 
 class ArgumentError(Exception):
     """A tool call the model must correct; the message tells it how."""
 
 
-def openai_schema(tools: tuple[Tool, ...] = TOOLS) -> list[dict[str, Any]]:
+def openai_schema(names: tuple[str, ...]) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
@@ -73,15 +81,15 @@ def openai_schema(tools: tuple[Tool, ...] = TOOLS) -> list[dict[str, Any]]:
                 },
             },
         }
-        for tool in tools
+        for tool in (BY_NAME[name] for name in names)
     ]
 
 
-def parse_call(name: str, raw: str) -> tuple[Tool, dict[str, Any]]:
+def parse_call(name: str, raw: str, offered: tuple[str, ...]) -> tuple[Tool, dict[str, Any]]:
     """Check a tool call's name and arguments; raise ArgumentError with a correctable message."""
-    tool = BY_NAME.get(name)
+    tool = BY_NAME.get(name) if name in offered else None
     if tool is None:
-        raise ArgumentError(f"unknown tool {name!r}; the tools are: {', '.join(BY_NAME)}")
+        raise ArgumentError(f"unknown tool {name!r}; the tools are: {', '.join(offered)}")
     try:
         args = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:

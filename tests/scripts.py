@@ -56,3 +56,14 @@ def stuck_then_fixed() -> tuple[list[Step], list[Step]]:
          call("create_commit", message="m")],
     ]
     return first, second
+
+
+def with_gaps(assign: list[Step]) -> list[Step]:
+    """The reconstruction, but commit 1 forgets tests/test_validation.py and commit 4 forgets
+    docs/discounts.md; `assign` is what the model answers in the remainder step."""
+    script = reconstruction()
+    script[4] = [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
+                 call("delete_file", path="shop/legacy_checks.py"),
+                 call("create_commit", message="Move validation")]
+    script[-1] = [write("README.md", d.README), call("create_commit", message="docs")]
+    return script + assign

@@ -297,3 +297,45 @@ def test_demo_with_a_model_uses_hints(tmp_path: Path) -> None:
     assert "Tree check: feature-clean == feature ✓" in result.out
     no_model = cli("demo", "--llm", "--sandbox", "local", "--directory", str(tmp_path / "d2"))
     assert no_model.code == 1 and "need a model" in no_model.err
+
+
+def test_remaining_changes_become_fixups_of_their_commits_or_a_loud_final_commit(
+        tmp_path: Path) -> None:
+    from tests.fake_openai import call
+    from tests.scripts import with_gaps
+
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    assign = [[call("assign_path", path="docs/discounts.md", commit=4),
+               call("assign_path", path="nope.py", commit=1)],
+              [call("finish_assignment")]]
+    with FakeOpenAI(with_gaps(assign)) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        results = model.tool_results()
+    assert result.code == 0, result.out + result.err
+    assert "nope.py is not among the remaining paths" in " ".join(results)
+    assert subjects(demo)[-2:] == ["fixup! docs: document discount codes",
+                                   "Remaining changes from feature"]
+    assert "WARNING: the spec's commits did not cover everything" in result.out
+    assert "tests/test_validation.py" in result.out.split("WARNING")[1]
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+    history = demo.spec.read_text().split("docs: document discount codes")[1]
+    assert history.count('"complete"') == 3 and history.count("commit_created") == 3
+
+
+def test_squash_folds_remaining_changes_into_the_commits_they_belong_to(tmp_path: Path) -> None:
+    from tests.fake_openai import call
+    from tests.scripts import with_gaps
+
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    assign = [[call("assign_path", path="docs/discounts.md", commit=4),
+               call("assign_path", path="tests/test_validation.py", commit=1)],
+              [call("finish_assignment")]]
+    with FakeOpenAI(with_gaps(assign)) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, "--squash-wip",
+                     env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    assert subjects(demo) == [c[0].splitlines()[0] for c in demo_project.COMMITS]
+    first = demo.git("ls-tree", "-r", "--name-only", "feature-clean~3").splitlines()
+    assert "tests/test_validation.py" in first and "shop/discounts.py" not in first
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+    assert_every_commit_passes(demo, tmp_path)
