@@ -38,7 +38,7 @@ def run(options: ExecuteOptions) -> int:
         settings = ModelOptions(options.model, options.base_url).settings()
         require_model(spec, settings)
         repo = Repo(spec.path.parent)
-        backend = make_backend(options.sandbox, spec, options.image, progress=not options.json)
+        backend = make_backend(options.sandbox, spec, options.image)  # progress on stderr
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
                       cleaned=spec.cleaned, sandbox=backend.describe())
         agent = make_agent(settings, spec.path)

@@ -72,7 +72,7 @@ def sandbox_env(spec: Spec) -> dict[str, str]:
     return env
 
 
-def make_backend(kind: str, spec: Spec, image: str | None, progress: bool = True) -> Backend:
+def make_backend(kind: str, spec: Spec, image: str | None) -> Backend:
     env = sandbox_env(spec)
     if kind == "local":
         from runner.local_backend import LocalBackend
@@ -87,11 +87,7 @@ def make_backend(kind: str, spec: Spec, image: str | None, progress: bool = True
 
     engine = DockerEngine()
     tag = image or spec.sandbox.image or images.DEFAULT_IMAGE
-    def say(line: str) -> None:
-        if progress:
-            sys.stderr.write(line + "\n")
-
-    images.ensure(engine, tag, say)
+    images.ensure(engine, tag, lambda line: print(line, file=sys.stderr))
     s = spec.sandbox
     hardening = Hardening(s.memory, s.cpus, s.pids, s.workspace_size, s.tmp_size)
     return DockerBackend(engine, tag, hardening, env, spec.path)
