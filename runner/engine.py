@@ -205,7 +205,8 @@ class Engine:
     # -- extraction -------------------------------------------------------------------------
 
     def _extract(self, commit: CommitSpec, state: WorkState, step: Extract) -> CommitSpec:
-        diff = self.repo.diff(state.tree(), self.source)
+        working = state.tree()
+        diff = self.repo.diff(working, self.source)
         self.report.emit("diff", lines=len(diff.splitlines()))
         if commit.paths is not None:
             return self._take_paths(commit, state)
@@ -213,7 +214,7 @@ class Engine:
         task = prompt("extract", number=commit.number, total=len(self.spec.commits),
                       message=commit.message, hints=commit.hints or "(none)",
                       diff_lines=len(diff.splitlines()),
-                      diffstat=self.repo.diff_stat(state.tree(), self.source) or "(empty)",
+                      diffstat=self.repo.diff_stat(working, self.source) or "(empty)",
                       resolution=self._resolution(step.stuck, step.note))
         outcome = self._ask_model(commit, state, task, "extract")
         if isinstance(outcome, GaveUp):
@@ -249,11 +250,12 @@ class Engine:
         counters.fixes += 1
         self.report.emit("assessing")
         self.report.emit("fix_attempt", attempt=counters.fixes)
-        diff = self.repo.diff(state.tree(), self.source)
+        working = state.tree()
+        diff = self.repo.diff(working, self.source)
         task = prompt("fix", number=commit.number, total=len(self.spec.commits),
                       subject=commit.subject, attempt=counters.fixes, failure=failure,
                       hints=commit.hints or "(none)", diff_lines=len(diff.splitlines()),
-                      diffstat=self.repo.diff_stat(state.tree(), self.source) or "(empty)",
+                      diffstat=self.repo.diff_stat(working, self.source) or "(empty)",
                       resolution=self._resolution(step.stuck, step.note))
         outcome = self._ask_model(commit, state, task, f"fix-{counters.fixes}")
         if isinstance(outcome, GaveUp):
