@@ -102,9 +102,10 @@ class Agent:
         usage = Usage()
         empty_commits = 0
         logged = 0
+        schema = openai_schema(offered)
         for turn in range(1, self.limits.max_turns + 1):
             sent = len(messages)
-            reply = self.model.complete(messages, openai_schema(offered))
+            reply = self.model.complete(messages, schema)
             usage = usage + reply.usage
             self.transcript.write({"step": label, "turn": turn, "model": self.model.name,
                                    "sent": messages[logged:sent], "reply": reply.message,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from runner.agent import Agent, Assigned, Assignments, Committed, GaveUp, prompt
 from runner.errors import ModelError, RetconError, StuckError
-from runner.gitrepo import FileChange, Repo
+from runner.gitrepo import FileChange, Repo, TreeEntry
 from runner.history import (
     Blocked,
     CommitCreated,
@@ -82,6 +82,7 @@ class Engine:
         self.ask = ask
         self.spec = spec
         self.tokens: dict[str, int] = {}
+        self._source_entries: dict[str, TreeEntry] | None = None
         self.source = ""
         self.base = ""
 
@@ -229,10 +230,15 @@ class Engine:
             return self._stuck(commit, "None of this commit's paths (" + ", ".join(commit.paths)
                                + ") differ between the cleaned branch and the source branch.")
         self.report.emit("taking_paths", paths=changed)
-        source_entries = self.repo.ls_tree(self.repo.tree_of(self.source))
-        for path in changed:
-            state.put(path, source_entries.get(path))
+        self._take_from_source(state, changed)
         return self._commit(commit, state, commit.message)
+
+    def _take_from_source(self, state: WorkState, paths: list[str]) -> None:
+        """Set `paths` to their state on the source branch, from its own objects."""
+        if self._source_entries is None:
+            self._source_entries = self.repo.ls_tree(self.repo.tree_of(self.source))
+        for path in paths:
+            state.put(path, self._source_entries.get(path))
 
     # -- verification and fixes ---------------------------------------------------------------
 
@@ -419,12 +425,11 @@ class Engine:
         """Take `paths` from source as one more commit of `commit`, then verify it (and fix it)
         like any other."""
         self.report.emit(event, number=commit.number, subject=commit.subject, paths=paths)
-        entries = self.repo.ls_tree(self.repo.tree_of(self.source))
-        for path in paths:
-            state.put(path, entries.get(path))
+        self._take_from_source(state, paths)
         commit = self._commit(commit, state, message)
+        sha = commits_created(list(commit.history))[-1]
         self._loop(commit, state, resumed=False)
-        return commits_created(list(self.spec.commits[commit.number - 1].history))[-1]
+        return sha
 
     def _squash(self) -> None:
         """Fold each commit's fixups into it: one commit per spec entry, each the tree that

@@ -20,7 +20,6 @@ class Tool:
     name: str
     description: str
     params: tuple[Param, ...] = ()
-    ends_step: bool = False
 
 
 PATH = Param("path", "string", "Path relative to the repository root, e.g. src/app.py")
@@ -43,15 +42,13 @@ TOOLS: tuple[Tool, ...] = (
     Tool("run_tests", "Run the test command in the sandbox; answers PASS or FAIL with output."),
     Tool("create_commit", "Finish this step: commit every change made through write_file and "
          "delete_file.", (Param("message", "string", "What this change does, in one or two "
-                                "sentences"),), ends_step=True),
+                                "sentences"),)),
     Tool("report_stuck", "Finish this step without a commit because you cannot make progress; "
          "explain what a human needs to decide or change.",
-         (Param("summary", "string", "What is blocking and what would unblock it"),),
-         ends_step=True),
+         (Param("summary", "string", "What is blocking and what would unblock it"),)),
     Tool("assign_path", "Say which commit a remaining changed path belongs to.",
          (PATH, Param("commit", "integer", "The commit's number, or 0 if it belongs to none"))),
-    Tool("finish_assignment", "Finish assigning; paths not assigned go into a final commit.",
-         ends_step=True),
+    Tool("finish_assignment", "Finish assigning; paths not assigned go into a final commit."),
 )
 
 BY_NAME = {tool.name: tool for tool in TOOLS}
