@@ -20,12 +20,13 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-
-from runner import demo_project, images
-from runner.docker_backend import DockerBackend, DockerEngine, Hardening
+from retcon_sandbox import demo_project, images
+from retcon_sandbox.archive import of_bytes
+from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
+from retcon_sandbox.settings import DEFAULTS
 
 BUILD = "python3 -m compileall -q shop tests"
 TEST = "python3 -m pytest -q -p no:cacheprovider"
@@ -81,8 +82,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=5000)
     args = parser.parse_args()
     engine = DockerEngine()
-    images.ensure(engine, images.DEFAULT_IMAGE, lambda line: print(line, file=sys.stderr))
-    backend = DockerBackend(engine, images.DEFAULT_IMAGE, Hardening(), {},
+    images.ensure(engine, images.default_image(), lambda line: print(line, file=sys.stderr))
+    backend = DockerBackend(engine, images.default_image(), DEFAULTS, {},
                             Path("/tmp/bench-spec.toml"))
 
     ready = []
@@ -96,7 +97,7 @@ def main() -> None:
 
     big = repo_tar(args.files)
     with backend.open("bench") as box:
-        copy_in = timed(lambda: box.load_tree(big))
+        copy_in = timed(lambda: box.load_tree(of_bytes(big, args.files)))
         box.write_file("probe.txt", b"hello\n" * 20)
         calls = [timed(lambda: box.read_file("probe.txt")) for _ in range(args.calls)]
         names = box.list_files()
@@ -105,7 +106,7 @@ def main() -> None:
         execs = [timed(lambda: container.exec_run(["cat", "/workspace/probe.txt"],
                                                   user="10001:10001"))
                  for _ in range(max(20, args.calls // 10))]
-    plain = engine.client.containers.run(images.DEFAULT_IMAGE, ["sleep", "infinity"],
+    plain = engine.client.containers.run(images.default_image(), ["sleep", "infinity"],
                                          detach=True, labels={"retcon-sandbox.run": "bench"})
     try:
         cp_in = timed(lambda: plain.put_archive("/tmp", big))
@@ -120,11 +121,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as host_dir:
         with tarfile.open(fileobj=io.BytesIO(demo_tar())) as tar:
             tar.extractall(host_dir, filter="data")
-        host = [timed(lambda c=c: subprocess.run(c, shell=True, cwd=host_dir, check=True,
-                                                  capture_output=True)) for c in (BUILD, TEST)]
+        host = [timed(partial(subprocess.run, c, shell=True, cwd=host_dir, check=True,
+                              capture_output=True)) for c in (BUILD, TEST)]
     start = time.perf_counter()
     with backend.open("bench") as box:
-        box.load_tree(demo_tar())
+        box.load_tree(of_bytes(demo_tar(), 0))
         inside = [box.run(c, 120).seconds for c in (BUILD, TEST)]
     total = time.perf_counter() - start
     row("demo build (sandbox vs host)", ms(inside[0]), ms(host[0]))

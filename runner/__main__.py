@@ -1,3 +1,5 @@
-from runner.cli import main
+"""`python -m retcon_sandbox`: the same command line as `retcon-sandbox`."""
+
+from retcon_sandbox.cli import main
 
 main()

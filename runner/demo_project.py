@@ -78,6 +78,10 @@ class Cart:
         return sum(price * quantity for _, price, quantity in self.items)
 '''
 
+# Committed half-edited: it does not even compile ("fix build" repairs it).
+CART_WIP = CART.replace("    def add(self, name, price, quantity=1):",
+                        "    def add(self, name, price, quantity=1)")
+
 DISCOUNTS_WIP = '''"""Discount codes."""
 
 from shop.validation import check_price
@@ -144,6 +148,7 @@ def test_price():
         check_price(-1)
 '''
 
+# Written ahead of the code: SUMMER25 only exists from "more discount stuff" on.
 TEST_DISCOUNTS_WIP = '''from shop.cart import Cart
 from shop.discounts import discounted_total
 
@@ -152,6 +157,12 @@ def test_no_code():
     cart = Cart()
     cart.add("apple", 3, 2)
     assert discounted_total(cart) == 6
+
+
+def test_summer_code():
+    cart = Cart()
+    cart.add("apple", 4)
+    assert discounted_total(cart, "SUMMER25") == 3
 '''
 
 TEST_DISCOUNTS = '''import pytest
@@ -209,9 +220,9 @@ MESSY: list[tuple[str, dict[str, str | None]]] = [
     ("WIP discounts", {"shop/discounts.py": DISCOUNTS_WIP}),
     ("move validation out of cart", {"shop/validation.py": VALIDATION,
                                      "shop/legacy_checks.py": None}),
-    ("wip", {"shop/cart.py": CART,
+    ("wip", {"shop/cart.py": CART_WIP,
              "README.md": BASE["README.md"] + "\n## Discount codes\n\nTODO\n"}),
-    ("fix build", {"tests/test_validation.py": TEST_VALIDATION_WIP}),
+    ("fix build", {"shop/cart.py": CART, "tests/test_validation.py": TEST_VALIDATION_WIP}),
     ("tests", {"tests/test_discounts.py": TEST_DISCOUNTS_WIP}),
     ("more discount stuff", {"shop/discounts.py": DISCOUNTS_DEBUG}),
     ("docs", {"docs/discounts.md": DOCS, "README.md": README}),

@@ -9,32 +9,27 @@ remote engine). The helper runs as one `docker exec` whose stdin/stdout carry th
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import socket
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import docker
 import docker.errors
 
-from runner.errors import ImageError, SandboxError
-from runner.sandbox_api import HelperSandbox, ToolFailure, check_isolation, helper_source
+from retcon_sandbox import liveness
+from retcon_sandbox.errors import ImageError, SandboxError
+from retcon_sandbox.resources import helper_source
+from retcon_sandbox.sandbox_api import HelperSandbox, ToolFailure, check_isolation
+from retcon_sandbox.settings import SandboxSettings, human_bytes
 
 LABEL_RUN = "retcon-sandbox.run"
 LABEL_SPEC = "retcon-sandbox.spec"
 UID = 10001
 STDERR_CAP = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Hardening:
-    memory: str = "2g"
-    cpus: float = 2.0
-    pids: int = 512
-    workspace_size: str = "2g"
-    tmp_size: str = "512m"
 
 
 class DockerEngine:
@@ -68,11 +63,13 @@ class DockerEngine:
             return False
         return True
 
-    def build(self, context: Path, tag: str, buildargs: dict[str, str],
-              progress: Callable[[str], None]) -> None:
+    def build(self, context: IO[bytes], tag: str, buildargs: dict[str, str],
+              labels: dict[str, str], progress: Callable[[str], None]) -> None:
+        """Build from a tar of the build context (so it can come from package data)."""
         try:
-            for chunk in self.client.api.build(path=str(context), tag=tag, buildargs=buildargs,
-                                               rm=True, forcerm=True, decode=True, pull=False):
+            for chunk in self.client.api.build(fileobj=context, custom_context=True, tag=tag,
+                                               buildargs=buildargs, labels=labels, rm=True,
+                                               forcerm=True, decode=True, pull=False):
                 if "error" in chunk:
                     raise ImageError(f"building {tag} failed: {chunk['error'].strip()}")
                 text = str(chunk.get("stream", "")).rstrip()
@@ -80,6 +77,35 @@ class DockerEngine:
                     progress(text)
         except docker.errors.DockerException as exc:
             raise ImageError(f"building {tag} failed: {_first_line(exc)}") from None
+
+    def image_tags(self, prefix: str) -> list[str]:
+        """Every local image tag starting with `prefix`."""
+        try:
+            found = self.client.images.list()
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot list images: {_first_line(exc)}") from None
+        return sorted(t for image in found for t in image.tags if t.startswith(prefix))
+
+    def remove_image(self, tag: str) -> None:
+        try:
+            self.client.images.remove(tag)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot remove {tag}: {_first_line(exc)}",
+                             "A container may still use it; `retcon-sandbox clean` removes "
+                             "leftover sandboxes.") from None
+
+    def image_id(self, name: str) -> str:
+        """The image's content-addressed ID (sha256:…): what a tag names today."""
+        try:
+            return str(self.client.images.get(name).id)
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"image {name} is not available",
+                             "Run `retcon-sandbox images build`, or name another image with "
+                             "--image.") from None
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
 
     def import_rootfs(self, stream: IO[bytes], repository: str, tag: str) -> None:
         try:
@@ -100,6 +126,23 @@ class DockerEngine:
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
         return len(found)
+
+    def sandbox_containers(self) -> dict[str, dict[str, str]]:
+        """Every sandbox container on the engine, by id, with its labels."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": LABEL_RUN})
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot list containers: {_first_line(exc)}") from None
+        return {str(c.id): dict(c.labels or {}) for c in found}
+
+    def remove_container(self, container_id: str) -> None:
+        try:
+            self.client.containers.get(container_id).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot remove container {container_id[:12]}: "
+                               f"{_first_line(exc)}") from None
 
     def count_containers(self, label: str) -> int:
         return len(self.client.containers.list(all=True, filters={"label": label}))
@@ -175,22 +218,24 @@ class ExecTransport:
 class DockerBackend:
     name = "docker"
 
-    def __init__(self, engine: DockerEngine, image: str, hardening: Hardening,
+    def __init__(self, engine: DockerEngine, image: str, settings: SandboxSettings,
                  env: dict[str, str], spec_path: Path) -> None:
         self.engine = engine
         self.image = image
-        self.hardening = hardening
+        self.settings = settings
         self.env = env
         self.spec_path = str(spec_path)
         self.run_id = uuid.uuid4().hex[:12]
+        self._environment: str | None = None
+        self.owner = liveness.labels_of(liveness.this_process())  # for `clean`
 
     def describe(self) -> str:
-        h = self.hardening
-        return (f"docker (image {self.image}, network none, uid {UID}, memory {h.memory}, "
-                f"pids {h.pids})")
+        s = self.settings
+        return (f"docker (image {self.image}, network none, uid {UID}, memory "
+                f"{human_bytes(s.memory)}, pids {s.pids})")
 
     def create_kwargs(self, label: str) -> dict[str, Any]:
-        h = self.hardening
+        s = self.settings
         return {
             "image": self.image,
             "command": ["sleep", "infinity"],
@@ -200,20 +245,20 @@ class DockerBackend:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {
-                "/workspace": f"rw,exec,nosuid,nodev,size={h.workspace_size},uid={UID},gid={UID},"
-                              "mode=0755",
-                "/tmp": f"rw,exec,nosuid,nodev,size={h.tmp_size},mode=1777",
+                "/workspace": f"rw,exec,nosuid,nodev,size={int(s.workspace_size)},uid={UID},"
+                              f"gid={UID},mode=0755",
+                "/tmp": f"rw,exec,nosuid,nodev,size={int(s.tmp_size)},mode=1777",
             },
-            "pids_limit": h.pids,
-            "mem_limit": h.memory,
-            "memswap_limit": h.memory,
-            "nano_cpus": int(h.cpus * 1e9),
+            "pids_limit": int(s.pids),
+            "mem_limit": int(s.memory),
+            "memswap_limit": int(s.memory),
+            "nano_cpus": int(s.cpus * 1e9),
             "init": True,
             "ipc_mode": "private",
             "environment": {"HOME": "/tmp", **self.env},
             "working_dir": "/workspace",
             "labels": {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path,
-                       "retcon-sandbox.step": label},
+                       "retcon-sandbox.step": label, **self.owner},
             "stop_signal": "SIGKILL",
             "detach": True,
         }
@@ -265,6 +310,17 @@ class DockerBackend:
 
     def reap(self) -> int:
         return self.engine.remove_containers({LABEL_SPEC: self.spec_path})
+
+    def environment(self) -> str:
+        """The image's ID (a rebuilt image under the same tag is another environment), and the
+        variables passed in, by digest."""
+        if self._environment is None:
+            passed = ""
+            if self.env:
+                text = json.dumps(self.env, sort_keys=True).encode()
+                passed = f" env:{hashlib.sha256(text).hexdigest()[:16]}"
+            self._environment = f"docker {self.engine.image_id(self.image)}{passed}"
+        return self._environment
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,6 +1,17 @@
-"""One error hierarchy; the CLI maps each class to an exit code and a readable message."""
+"""One error hierarchy. The CLI maps each class to an exit code, a `kind` (the JSON `error`
+event's field) and a readable message with a hint of what to do next.
+
+Exit codes: 0 success; 1 an error (bad input, configuration, or Docker, git or the model
+unavailable); 2 usage; 3 stuck (a human is needed); 130 interrupted.
+"""
 
 from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -13,6 +24,7 @@ class RetconError(Exception):
     """Base of every error we raise on purpose. `hint` says what to do next."""
 
     exit_code = EXIT_ERROR
+    kind = "error"
 
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
@@ -22,43 +34,97 @@ class RetconError(Exception):
 
 class UsageError(RetconError):
     exit_code = EXIT_USAGE
+    kind = "usage"
 
 
 class SpecError(RetconError):
     """The spec file cannot be read, parsed or validated."""
 
+    kind = "spec"
+
+
+class ConfigError(RetconError):
+    """A setting, command or environment cannot work as configured (not the code's fault)."""
+
+    kind = "config"
+
 
 class ConcurrentEditError(RetconError):
     """The spec was changed on disk in a way a save cannot merge."""
+
+    kind = "spec_edited"
 
 
 class LockedError(RetconError):
     """Another run holds the spec's lock."""
 
+    kind = "locked"
+
 
 class GitError(RetconError):
     """A git operation failed or the repository is not in the expected state."""
+
+    kind = "git"
 
 
 class SandboxError(RetconError):
     """The sandbox could not be created, reached or trusted."""
 
+    kind = "sandbox"
+
 
 class ImageError(SandboxError):
     """An image could not be found, built or bootstrapped."""
 
+    kind = "image"
+
 
 class ModelError(RetconError):
-    """The model endpoint failed after retries, or is not configured."""
+    """The model endpoint cannot be used: not configured, refused, unreachable or too slow."""
+
+    kind = "model"
 
 
 class StuckError(RetconError):
-    """A commit is stuck and needs a human."""
+    """A commit is stuck, or a verified commit fails: a human is needed."""
 
     exit_code = EXIT_STUCK
+    kind = "stuck"
+
+
+class InternalError(RetconError):
+    """A bug of ours; the traceback is in a log file."""
+
+    kind = "internal"
 
 
 class Interrupted(RetconError):
     """Ctrl-C or SIGTERM."""
 
     exit_code = EXIT_INTERRUPTED
+    kind = "interrupted"
+
+
+def log_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                             "state")
+    return Path(state) / "retcon-sandbox"
+
+
+def internal_error(exc: BaseException) -> InternalError:
+    """A bug of ours: keep the traceback in a log file and say where it is."""
+    text = "".join(traceback.format_exception(exc))
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for directory in (log_dir(), Path(tempfile.gettempdir())):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / name
+            path.write_text(text, encoding="utf-8")
+            break
+        except OSError:
+            continue
+    else:
+        path = Path("(could not be written)")
+    return InternalError(f"internal error: {type(exc).__name__}: {exc}",
+                         f"This is a bug in retcon-sandbox, not in your input. The traceback is "
+                         f"in {path}; please report it with that file.")

@@ -18,7 +18,8 @@ import git
 import git.exc
 from gitdb.base import IStream  # type: ignore[import-untyped]
 
-from runner.errors import GitError
+from retcon_sandbox.archive import TarStream, of_bytes
+from retcon_sandbox.errors import GitError
 
 ZERO = "0" * 40
 FALLBACK_IDENTITY = {
@@ -94,9 +95,10 @@ class Repo:
             return self._git("rev-parse", "--verify", "--quiet", "--end-of-options",
                              f"{rev}^{{commit}}")
         except GitError:
-            raise GitError(f"unknown revision {rev!r}",
-                           f"Check the branch name; `git branch -a` lists them in {self.root}."
-                           ) from None
+            raise GitError(f"unknown revision {rev!r} in the repository {self.root}",
+                           f"Check the branch name (`git -C {self.root} branch -a` lists them). "
+                           "The repository is the one containing the current directory, else "
+                           "the spec's directory; --repo DIR chooses another.") from None
 
     def branch_sha(self, branch: str) -> str | None:
         try:
@@ -134,11 +136,59 @@ class Repo:
     def message_of(self, commit: str) -> str:
         return self._git("log", "-1", "--format=%B", commit, strip=False).rstrip("\n")
 
-    def head_branch(self) -> str | None:
+    def common_dir(self) -> Path:
+        """The repository's git directory shared by all its worktrees."""
+        out = self._git("rev-parse", "--path-format=absolute", "--git-common-dir")
+        return Path(out)
+
+    def full_ref(self, rev: str) -> str:
+        """The full ref name a revision names (`refs/heads/x`), or "" for a plain commit."""
         try:
-            return self._git("symbolic-ref", "--quiet", "--short", "HEAD")
+            out = self._git("rev-parse", "--symbolic-full-name", "--end-of-options", rev)
         except GitError:
-            return None
+            return ""
+        names = [line for line in out.splitlines() if line != "--end-of-options"]  # echoed
+        return names[-1] if names else ""
+
+    def branch_name_problem(self, name: str) -> str | None:
+        """Why git would refuse `name` as a branch name, or None."""
+        try:
+            self._git("check-ref-format", "--branch", name)
+        except GitError:
+            return "git check-ref-format refuses it: no spaces, `..`, `~^:?*[\\`, control " \
+                   "characters, and no leading `-` or trailing `.lock`"
+        return None
+
+    def is_shallow(self) -> bool:
+        return self._git("rev-parse", "--is-shallow-repository") == "true"
+
+    def has_merge_base(self, a: str, b: str) -> bool:
+        try:
+            self._git("merge-base", a, b)
+        except GitError:
+            return False
+        return True
+
+    def checked_out_at(self, branch: str) -> str | None:
+        """The worktree (main or linked) that has `branch` checked out, if any."""
+        out = self._git("worktree", "list", "--porcelain", "-z", strip=False)
+        path = None
+        for field in out.split("\0"):
+            if field.startswith("worktree "):
+                path = field[len("worktree "):]
+            elif field == f"branch refs/heads/{branch}":
+                return path or "a worktree"
+        return None
+
+    def diff_lines(self, old: str, new: str) -> int:
+        """Lines added plus lines removed between two trees (binary files count 0)."""
+        out = self._git("diff", *SAFE_DIFF, "--numstat", "-z", old, new, strip=False)
+        total = 0
+        for record in out.split("\0"):
+            parts = record.split("\t")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                total += int(parts[0]) + int(parts[1])
+        return total
 
     def diff(self, old: str, new: str, paths: tuple[str, ...] = ()) -> str:
         return self._git("diff", *SAFE_DIFF, old, new, "--", *paths, strip=False)
@@ -238,6 +288,19 @@ class Repo:
 
     # -- the tree as a tar stream, built from objects --------------------------------------
 
+    def tree_tar(self, tree: str, max_file_size: int) -> TarStream:
+        """`tree` as a tar stream built from git objects (no `.gitattributes` applied)."""
+        entries = self.ls_tree(tree)
+        for path, entry in entries.items():
+            if entry.mode in ("100644", "100755", "120000"):
+                size = int(self._git("cat-file", "-s", entry.sha))
+                if size > max_file_size:
+                    raise GitError(f"{path} is {size} bytes, over the largest file the host "
+                                   f"reads ({max_file_size} bytes)",
+                                   "Raise [sandbox] max_file_size if you trust this repository.")
+        files = sum(1 for e in entries.values() if e.mode in ("100644", "100755", "120000"))
+        return of_bytes(self.tar_of_tree(tree), files)
+
     def tar_of_tree(self, tree: str) -> bytes:
         """An uncompressed tar of `tree`, built from git objects (no `.gitattributes` applied)."""
         buffer = io.BytesIO()
@@ -256,3 +319,73 @@ class Repo:
                     tar.addfile(info, io.BytesIO(data))
                 # submodules (160000) have no content here: skipped
         return buffer.getvalue()
+
+    # -- notes: where the verification cache lives (objects and a ref; never files) ---------
+
+    def ref_sha(self, ref: str) -> str | None:
+        """The commit a full ref name points at, or None if it does not exist."""
+        try:
+            return self._git("rev-parse", "--verify", "--quiet", "--end-of-options",
+                             f"{ref}^{{commit}}")
+        except GitError:
+            return None
+
+    def notes_at(self, notes_commit: str) -> dict[str, str]:
+        """The notes of a notes commit: annotated object -> note blob (fan-out paths such as
+        `ab/cdef…`, as `git notes` writes them in large trees, are joined)."""
+        out = self._git("ls-tree", "-r", "-z", "--full-tree", notes_commit, strip=False)
+        notes: dict[str, str] = {}
+        for record in out.split("\0"):
+            if not record:
+                continue
+            meta, path = record.split("\t", 1)
+            _mode, kind, sha = meta.split()
+            name = path.replace("/", "")
+            if kind == "blob" and len(name) == 40 and all(c in "0123456789abcdef" for c in name):
+                notes[name] = sha
+        return notes
+
+    def small_blob(self, sha: str, limit: int) -> bytes | None:
+        """A blob's content, or None when it is larger than `limit` bytes (or not a blob)."""
+        try:
+            info = self._repo.odb.info(bytes.fromhex(sha))
+        except (ValueError, git.exc.GitError):
+            return None
+        if info.type != b"blob" or info.size > limit:
+            return None
+        return self.blob(sha)
+
+    def write_note(self, ref: str, obj: str, blob: str, old: str | None, message: str
+                   ) -> str | None:
+        """Make the blob `blob` the note of `obj` under `ref`: one notes commit on top of `old`
+        (None: the ref must not exist yet), built on a temporary index and moved by
+        compare-and-swap. The new notes commit, or None when the ref is no longer at `old`."""
+        # the note may sit at a fan-out path: remove every form, then write it flat
+        lines = [f"0 {ZERO}\t" + "/".join([obj[2 * i : 2 * i + 2] for i in range(n)]
+                                          + [obj[2 * n :]]) for n in range(4)]
+        lines.append(f"100644 {blob}\t{obj}")
+        with tempfile.TemporaryDirectory(prefix="retcon-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            if old:
+                self._git("read-tree", old, env=env)
+            self._git("update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode(),
+                      env=env)
+            tree = self._git("write-tree", env=env)
+        args = ["commit-tree", tree, "-F", "-"] + (["-p", old] if old else [])
+        new = self._git(*args, stdin=(message + "\n").encode(), env=self._identity())
+        try:
+            self._git("update-ref", "-m", f"retcon-sandbox: {message}", ref, new, old or ZERO)
+        except GitError as exc:
+            if self.ref_sha(ref) != old:
+                return None  # another writer moved it: the caller reads again and retries
+            raise GitError(f"cannot update {ref} ({exc.message})") from None
+        return new
+
+    def commits_in(self, tip: str, base: str | None) -> list[tuple[str, str, str]]:
+        """(sha, tree, subject) of each commit in base..tip, oldest first; without a base, `tip`
+        alone. Both are commit ids already resolved."""
+        limit = ("-n", "1") if base is None else ()
+        revs = (tip,) if base is None else (f"{base}..{tip}",)
+        out = self._git("log", "--reverse", *limit, "--format=%H %T %s", "--end-of-options",
+                        *revs)
+        return [(line[:40], line[41:81], line[82:]) for line in out.split("\n") if line]

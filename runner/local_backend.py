@@ -7,6 +7,8 @@ only by asking for it by name (`--sandbox local`), with a warning.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -15,8 +17,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from runner.errors import SandboxError
-from runner.sandbox_api import HELPER_SOURCE, HelperSandbox, check_isolation
+from retcon_sandbox.errors import SandboxError
+from retcon_sandbox.resources import helper_source
+from retcon_sandbox.sandbox_api import HelperSandbox, check_isolation
 
 
 class PipeTransport:
@@ -60,8 +63,8 @@ class LocalBackend:
         root = Path(tempfile.mkdtemp(prefix="retcon-local-"))
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", str(HELPER_SOURCE), "--workspace", str(root / "workspace"),
-                 "--no-isolation-checks"],
+                [sys.executable, "-I", "-c", helper_source(), "--workspace",
+                 str(root / "workspace"), "--no-isolation-checks"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root)
         except OSError as exc:
             shutil.rmtree(root, ignore_errors=True)
@@ -79,3 +82,8 @@ class LocalBackend:
 
     def describe(self) -> str:
         return "local (UNSANDBOXED: for tests only)"
+
+    def environment(self) -> str:
+        """The host's toolchain, as far as it can be named: the variables the commands see."""
+        digest = hashlib.sha256(json.dumps(self._env, sort_keys=True).encode()).hexdigest()
+        return f"local env:{digest[:16]}"

@@ -1,22 +1,39 @@
-"""Progress output: readable lines for a person, or one JSON event per line for CI."""
+"""Progress output: readable lines for a person, or one JSON event per line for CI.
+
+Every JSON event carries its time, the run's id and, where it applies, the commit's number. Human
+output goes through `text.sanitize` as a whole: our own format strings are plain text, and
+everything interpolated into them (test output, file names, subjects, summaries) may not be.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from typing import Any, Protocol, TextIO
+
+from retcon_sandbox.text import sanitize
 
 
 class Reporter(Protocol):
+    run_id: str
+
     def emit(self, event: str, **data: Any) -> None: ...
 
 
+RUN_ID = uuid.uuid4().hex[:12]  # one per process: the run's events and its final `error` share it
+
+
 class JsonReporter:
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, run_id: str | None = None) -> None:
         self.out = out or sys.stdout
+        self.run_id = run_id or RUN_ID
 
     def emit(self, event: str, **data: Any) -> None:
-        self.out.write(json.dumps({"event": event, **data}, ensure_ascii=False) + "\n")
+        record = {"event": event, "time": round(time.time(), 3), "run": self.run_id, **data}
+        self.out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self.out.flush()
 
 
@@ -28,11 +45,30 @@ def _indent(text: str, prefix: str = "      ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def _verdict(d: dict[str, Any]) -> str:
+    """PASS (2.9 s), FAIL (exit 1, 0.4 s), FAIL (timed out after 600s), PASS (cached)."""
+    verdict, seconds = str(d["verdict"]), d.get("seconds")
+    if d.get("cached"):
+        return f"{verdict} (cached)"
+    if seconds is None or "timed out" in verdict:
+        return verdict
+    if verdict.endswith(")"):
+        return f"{verdict[:-1]}, {seconds:.1f} s)"
+    return f"{verdict} ({seconds:.1f} s)"
+
+
+def _fixes(n: int) -> str:
+    return f" ({n} fix)" if n == 1 else f" ({n} fixes)" if n else ""
+
+
 # One formatter per event; the JSON reporter sends the same events with their raw fields.
-FORMATS: dict[str, Any] = {
+FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "spec": lambda d: (f"Loading spec: {d['path']}\n  Source: {d['source']}\n"
                        f"  Remote: {d['remote']}\n  Cleaned: {d['cleaned']}\n"
-                       f"  Sandbox: {d['sandbox']}"),
+                       f"  Sandbox: {d['sandbox']}"
+                       + (f"\n  Transcript: {d['transcript']}" if d.get("transcript") else "")),
+    "override": lambda d: (f"  Override for this run: {d['key']} = {d['value']!r}"
+                           + (f" (the spec says {d['spec']!r})" if d.get("spec") else "")),
     "warning": lambda d: f"\n  ⚠ {d['message']}",
     "reaped": lambda d: f"  Removed {d['count']} leftover sandbox container(s) of an earlier run",
     "branch_created": lambda d: (f"\nCreating cleaned branch from merge-base...\n"
@@ -43,23 +79,27 @@ FORMATS: dict[str, Any] = {
     "commit_start": lambda d: f"\nCommit {d['number']}/{d['total']}: {d['subject']}",
     "resolved": lambda d: f"  Resolved: {d['note']}",
     "recovered": lambda d: f"  Recovering an interrupted run: {d['what']}",
+    "reverifying": lambda d: f"  Re-verifying {_short(d['sha'])} (recorded before the run "
+                             "stopped)",
     "sandbox": lambda d: f"  Sandbox ready ({d['files']} files, {d['seconds']:.1f}s)",
     "diff": lambda d: f"  Computing diff ({d['lines']} lines)...",
     "extracting": lambda d: "  Extracting relevant changes...",
     "taking_paths": lambda d: "  Taking paths from source: " + ", ".join(d["paths"]),
+    "nothing_to_extract": lambda d: (f"  ⚠ Nothing to extract: {d['reason']}\n"
+                                     "    No commit made; the run goes on."),
     "creating_commit": lambda d: f"  Creating commit... {_short(d['sha'])}",
-    "build": lambda d: f"  Building... {d['verdict']}",
-    "tests": lambda d: f"  Tests... {d['verdict']}",
+    "build": lambda d: f"  Building... {_verdict(d)}",
+    "tests": lambda d: f"  Tests... {_verdict(d)}",
     "failure_output": lambda d: _indent(d["tail"]),
     "assessing": lambda d: "\n  Assessing progress...",
     "fix_attempt": lambda d: f"  Fix attempt {d['attempt']}:",
     "fix_done": lambda d: f"    {d['message']}\n    Creating fixup commit... {_short(d['sha'])}",
     "no_progress": lambda d: f"    No progress: {d['why']}",
     "llm_stuck": lambda d: "  LLM: " + _indent(f'"{d["summary"]}"', "").replace("\n", "\n       "),
-    "stuck": lambda d: "\n  ✗ Stuck - stopping",
+    "stopping": lambda d: "\n  ✗ Stuck - stopping",
     "auto_response": lambda d: f"  Using the pre-written response: {d['text']}",
-    "commit_complete": lambda d: ("  ✓ Commit created" + (f" ({d['fixes']} fix)" if d["fixes"] == 1
-                                  else f" ({d['fixes']} fixes)" if d["fixes"] else "")),
+    "commit_complete": lambda d: ("  ✓ Commit created" + _fixes(d["fixes"]) if d.get("created")
+                                  else "  ✓ Verified" + _fixes(d["fixes"])),
     "remainder": lambda d: (f"\nRemaining: the commits left {len(d['paths'])} path(s) different "
                             "from source"),
     "assigning": lambda d: "  Assigning them to commits...",
@@ -71,6 +111,10 @@ FORMATS: dict[str, Any] = {
                            f"{len(d['paths'])} path(s) went into a final catch-all commit "
                            f"{_short(d['sha'])}:\n" + _indent("\n".join(d["paths"]))
                            + "\n    Add them to a [[commit]] (paths or hints) for a clean story."),
+    "squash_verify": lambda d: (f"\nVerifying {d['trees']} squashed tree(s) never built as "
+                                f"such ({d['jobs']} at a time)..."),
+    "squash_tree": lambda d: (f"  #{d['number']} {d['subject']}: {d['verdict']}"
+                              + (" (cached)" if d.get("cached") else f" ({d['seconds']:.1f} s)")),
     "squashed": lambda d: f"\nSquashed fix commits: {d['commits']} commits, tip {_short(d['tip'])}",
     "tree_check": lambda d: ("\nTree check: cleaned == source ✓" if d["equal"] else
                              f"\nTree check: ✗ cleaned differs from source in {d['differing']} "
@@ -80,28 +124,39 @@ FORMATS: dict[str, Any] = {
 
 
 def _summary(d: dict[str, Any]) -> str:
-    lines = ["", "Complete!" if d["complete"] else "Stopped.",
-             f"  {d['logical']} logical commits created",
-             f"  {d['fixes']} fix commits",
-             f"  Branch: {d['branch']}"]
+    lines = ["", "Complete!" if d["complete"] else "Stopped."]
+    if d.get("squashed") and d["fixes"]:
+        lines.append(f"  {d['logical']} logical commits, {d['fixes']} fix commit(s) squashed "
+                     "into them")
+    else:
+        lines += [f"  {d['logical']} logical commits created", f"  {d['fixes']} fix commits"]
+    on = f" ({d['commits']} commits on {_short(d['base'])})" if d.get("base") else ""
+    lines.append(f"  Branch: {d['branch']}{on}")
+    for item in d.get("nothing") or ():
+        lines.append(f"  Nothing to extract for #{item['number']} {item['subject']}: "
+                     + _indent(item["reason"], "    ").lstrip())
     tokens = d.get("tokens") or {}
     if tokens:
         lines.append("  Tokens: " + ", ".join(f"{'#' if k.isdigit() else ''}{k} {v:,}"
                                               for k, v in tokens.items()))
-    if d["fixes"] and d.get("base"):
-        lines += ["", "To squash fix commits:",
-                  f"  git rebase -i --autosquash {_short(d['base'])} {d['branch']}",
-                  "  (or rerun with --squash-wip)"]
+    if d["fixes"] and d.get("base") and not d.get("squashed"):
+        lines += ["", "To fold the fix commits into their logical commits, rerun with "
+                  "--squash-wip."]
     return "\n".join(lines)
 
 
 class HumanReporter:
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
+        self.run_id = RUN_ID
 
     def emit(self, event: str, **data: Any) -> None:
         render = FORMATS.get(event)
-        if render is None:
+        if render is None:  # an event for --json only
             return
-        self.out.write(render(data) + "\n")
+        self.out.write(sanitize(render(data)) + "\n")
         self.out.flush()
+
+
+def make_reporter(as_json: bool) -> Reporter:
+    return JsonReporter() if as_json else HumanReporter()

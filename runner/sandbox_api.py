@@ -10,16 +10,10 @@ from __future__ import annotations
 import json
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-from runner.errors import SandboxError
-
-HELPER_SOURCE = (Path(__file__).resolve().parent.parent / "sandbox" / "helper.py")
-
-
-def helper_source() -> str:
-    return HELPER_SOURCE.read_text(encoding="utf-8")
+from retcon_sandbox.archive import TarStream
+from retcon_sandbox.errors import SandboxError
 
 
 class ToolFailure(Exception):
@@ -72,7 +66,7 @@ class Transport(Protocol):
 
 
 class Sandbox(Protocol):
-    def load_tree(self, tar: bytes) -> int: ...
+    def load_tree(self, tar: TarStream) -> int: ...
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult: ...
     def write_file(self, path: str, data: bytes, mode: str | None = None) -> WriteResult: ...
@@ -89,6 +83,11 @@ class Backend(Protocol):
     def open(self, label: str) -> AbstractContextManager[Sandbox]: ...
     def reap(self) -> int: ...
     def describe(self) -> str: ...
+
+    def environment(self) -> str:
+        """What, besides the tree and the commands, decides a build's result here: part of the
+        verification cache's key (the image's ID for Docker; issue 10 adds the setup key)."""
+        ...
 
 
 class HelperSandbox:
@@ -125,8 +124,8 @@ class HelperSandbox:
     def hello(self) -> dict[str, Any]:
         return self.request("hello")
 
-    def load_tree(self, tar: bytes) -> int:
-        return int(self.request("extract", tar)["files"])
+    def load_tree(self, tar: TarStream) -> int:
+        return int(self.request("extract", b"".join(tar.chunks))["files"])
 
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult:

@@ -1,67 +1,42 @@
 """The history spec: the user's TOML file, and the run's only state.
 
-Reading gives immutable values (`Spec`); writing only ever appends one history entry, re-reading
-the file first so that whatever the user changed meanwhile is kept, and replacing it atomically.
+Reading gives immutable values (`Spec`), validated with key paths and did-you-mean suggestions.
+Writing only ever appends one history entry, as a text splice that keeps every other byte of the
+file (comments, layout, CRLF, a byte-order mark), checked by parsing the changed table again, and
+saved atomically. The file is re-read before each append, so the user's edits during a run are
+kept; while it is unchanged, an append costs a splice and a write, whatever the file's size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import os
-import re
 import tempfile
+import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-import tomlkit.exceptions
-from tomlkit.items import AoT, Array, InlineTable, Table
-
-from runner.errors import ConcurrentEditError, LockedError, SpecError
-from runner.history import (
-    CommitCreated,
-    Complete,
+from retcon_sandbox import tomltext
+from retcon_sandbox.errors import ConcurrentEditError, LockedError, SpecError
+from retcon_sandbox.history import (
+    BY_KEY,
+    KINDS,
     Entry,
-    Resolved,
-    Response,
-    Started,
-    Stuck,
+    kind_of,
+    sequence_problems,
+    value_of,
 )
-from runner.paths import PathRefused, repo_path
+from retcon_sandbox.paths import PathRefused, pattern
+from retcon_sandbox.settings import BY_KEY as SETTINGS
+from retcon_sandbox.settings import DEFAULTS, SandboxSettings, SettingError
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-TABLE_ENTRIES = {"commit_created", "stuck", "resolved", "response"}
-SANDBOX_KEYS = {
-    "image": str,
-    "build": str,
-    "test": str,
-    "memory": str,
-    "cpus": float,
-    "pids": int,
-    "timeout": int,
-    "workspace_size": str,
-    "tmp_size": str,
-    "env": list,
-    "network": str,
-}
-
-
-@dataclass(frozen=True)
-class SandboxSettings:
-    image: str | None = None
-    build: str | None = None
-    test: str | None = None
-    memory: str = "2g"
-    cpus: float = 2.0
-    pids: int = 512
-    timeout: int = 600
-    workspace_size: str = "2g"
-    tmp_size: str = "512m"
-    env: tuple[str, ...] = ()
-    network: str = "none"
+BOM = "\ufeff"
+TOP_KEYS = ("source", "remote", "cleaned", "sandbox", "commit")
+COMMIT_KEYS = ("message", "hints", "paths", "history")
 
 
 @dataclass(frozen=True)
@@ -83,35 +58,60 @@ class Spec:
     source: str
     remote: str
     cleaned: str
-    sandbox: SandboxSettings
+    sandbox: SandboxSettings = DEFAULTS
     commits: tuple[CommitSpec, ...] = field(default=())
 
 
 # --- reading ------------------------------------------------------------------------------
 
 
-def load(path: Path) -> Spec:
+def read_text(path: Path) -> str:
+    """The file's text, byte-order mark included, as it must be written back."""
+    return decode(path, read_bytes(path))
+
+
+def read_bytes(path: Path) -> bytes:
+    if not path.parent.is_dir():
+        raise SpecError(f"{path}: the directory {path.parent} does not exist",
+                        "Check the path, or run `retcon-sandbox prompt` for how to write a spec.")
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise SpecError(f"{path}: no such file", "Check the path, or run `retcon-sandbox prompt` "
-                        "for how to write a spec.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
-    return parse(path, text)
+        raise SpecError(f"{path}: no such file", "Check the path, or run `retcon-sandbox "
+                        "prompt` for how to write a spec.") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a directory, not a spec file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    return data
+
+
+def decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path.name}: not UTF-8 text (byte {exc.start})",
+                        "Save the spec as UTF-8.") from None
+
+
+def load(path: Path) -> Spec:
+    return parse(path, read_text(path))
 
 
 def parse(path: Path, text: str) -> Spec:
-    doc = _parse_doc(path, text)
-    return _Validator(path).spec(doc)
+    return _Validator(path).spec(_parse_doc(path, text))
 
 
-def _parse_doc(path: Path, text: str) -> tomlkit.TOMLDocument:
+def _parse_doc(path: Path, text: str) -> dict[str, Any]:
     try:
-        return tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
-        raise SpecError(f"{path.name}: line {exc.line}, column {exc.col}: not valid TOML "
-                        f"({exc})") from None
+        return tomllib.loads(text.removeprefix(BOM))
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path.name}: not valid TOML: {exc}") from None
+
+
+def _suggest(key: str, known: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""
 
 
 class _Validator:
@@ -122,7 +122,14 @@ class _Validator:
     def fail(self, where: str, expected: str) -> SpecError:
         return SpecError(f"{self.name}: {where}: {expected}")
 
-    def string(self, table: Any, key: str, where: str, required: bool = True) -> str | None:
+    def unknown(self, table: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+        for key in table:
+            if key not in known:
+                raise self.fail(f"{where}{key}", f"unknown key{_suggest(key, known)} "
+                                f"(known: {', '.join(known)})")
+
+    def string(self, table: dict[str, Any], key: str, where: str,
+               required: bool = True) -> str | None:
         if key not in table:
             if required:
                 raise self.fail(where + key, "missing (expected a string)")
@@ -130,17 +137,23 @@ class _Validator:
         value = table[key]
         if not isinstance(value, str):
             raise self.fail(where + key, "expected a string")
-        return str(value)
+        return value
 
-    def spec(self, doc: tomlkit.TOMLDocument) -> Spec:
+    def spec(self, doc: dict[str, Any]) -> Spec:
+        self.unknown(doc, TOP_KEYS, "")
         names = {key: self.string(doc, key, "") or "" for key in ("source", "remote", "cleaned")}
         for key, value in names.items():
             if not value.strip():
                 raise self.fail(key, "expected a branch name, got an empty string")
-        if names["cleaned"] == names["source"]:
-            raise self.fail("cleaned", "must differ from `source` (the source is never changed)")
+        if names["cleaned"].startswith("refs/"):
+            short = names["cleaned"].removeprefix("refs/heads/")
+            raise self.fail("cleaned", f"give the branch's name, not a ref: {short!r}")
+        for key in ("source", "remote"):
+            if names["cleaned"] == names[key]:
+                raise self.fail("cleaned", f"must differ from `{key}` ({names[key]!r}): the "
+                                "cleaned branch is rewritten, and the others are never touched")
         commits = doc.get("commit", [])
-        if not isinstance(commits, (AoT, list)):
+        if not isinstance(commits, list):
             raise self.fail("commit", "expected [[commit]] tables")
         parsed = tuple(self.commit(c, i + 1) for i, c in enumerate(commits))
         if not parsed:
@@ -150,33 +163,32 @@ class _Validator:
 
     def sandbox(self, table: Any) -> SandboxSettings:
         if table is None:
-            return SandboxSettings()
-        if not isinstance(table, (Table, dict)):
+            return DEFAULTS
+        if not isinstance(table, dict):
             raise self.fail("sandbox", "expected a table")
-        values: dict[str, Any] = {}
-        for key, value in table.items():
-            kind = SANDBOX_KEYS.get(key)
-            if kind is None:
-                raise self.fail(f"[sandbox] → {key}",
-                                f"unknown key (known: {', '.join(sorted(SANDBOX_KEYS))})")
-            ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
-            if not ok or (kind is int and isinstance(value, bool)):
-                raise self.fail(f"[sandbox] → {key}", f"expected {_kind_name(kind)}")
-            values[key] = _plain(value)
-        if "env" in values:
-            env = values["env"]
-            if not all(isinstance(v, str) for v in env):
-                raise self.fail("[sandbox] → env", "expected a list of variable names")
-            values["env"] = tuple(env)
-        if values.get("network", "none") != "none":
-            raise self.fail("[sandbox] → network", 'only "none" is supported: sandboxes are '
-                            "offline by design")
-        return SandboxSettings(**values)
+        self.unknown(table, tuple(SETTINGS), "[sandbox] → ")
+        try:
+            settings = SandboxSettings.parse(table)
+        except SettingError as exc:
+            key, message = exc.args
+            raise self.fail(f"[sandbox] → {key}", message) from None
+        for item in settings.setup_inputs or ():
+            self.path_pattern(item, "[sandbox] → setup_inputs")
+        return settings
+
+    def path_pattern(self, item: object, where: str) -> str:
+        if not isinstance(item, str) or not item.strip():
+            raise self.fail(where, "expected a path or pattern (a non-empty string)")
+        try:
+            return pattern(item)
+        except PathRefused as exc:
+            raise self.fail(where, str(exc)) from None
 
     def commit(self, table: Any, number: int) -> CommitSpec:
         where = f"[[commit]] #{number} → "
-        if not isinstance(table, (Table, dict)):
+        if not isinstance(table, dict):
             raise self.fail(where.rstrip(" →"), "expected a table")
+        self.unknown(table, COMMIT_KEYS, where)
         message = self.string(table, "message", where) or ""
         if not message.strip():
             raise self.fail(where + "message", "expected a non-empty commit message")
@@ -185,159 +197,192 @@ class _Validator:
         if "paths" in table:
             raw = table["paths"]
             if not isinstance(raw, list):
-                raise self.fail(where + "paths", "expected a list of strings")
-            items = []
-            for j, item in enumerate(raw):
-                if not isinstance(item, str) or not item.strip():
-                    raise self.fail(f"{where}paths[{j}]", "expected a string")
-                try:
-                    items.append(repo_path(str(item)))
-                except PathRefused as exc:
-                    raise self.fail(f"{where}paths[{j}]", str(exc)) from None
-            paths = tuple(items)
+                raise self.fail(where + "paths", "expected a list of paths or patterns")
+            if not raw:
+                raise self.fail(where + "paths", "is empty: list the paths this commit takes, "
+                                "or remove `paths` to let the model extract it")
+            paths = tuple(self.path_pattern(item, f"{where}paths[{j}]")
+                          for j, item in enumerate(raw))
         history = table.get("history", [])
         if not isinstance(history, list):
             raise self.fail(where + "history", "expected an array")
         entries = tuple(self.entry(e, f"{where}history[{j}]") for j, e in enumerate(history))
-        return CommitSpec(number, str(message), str(hints), paths, entries)
+        for problem in sequence_problems(entries):
+            raise self.fail(where + problem.split(":")[0], problem.split(": ", 1)[1])
+        return CommitSpec(number, message, hints, paths, entries)
 
     def entry(self, raw: Any, where: str) -> Entry:
+        bare = [k.key for k in KINDS if k.bare]
+        tables = [k.key for k in KINDS if not k.bare]
         if isinstance(raw, str):
-            if raw == "started":
-                return Started()
-            if raw == "complete":
-                return Complete()
-            raise self.fail(where, f'unknown entry "{raw}" (expected "started" or "complete")')
-        if isinstance(raw, (InlineTable, Table, dict)) and len(raw) == 1:
+            kind = BY_KEY.get(raw)
+            if kind is None or not kind.bare:
+                raise self.fail(where, f"unknown entry {raw!r}{_suggest(raw, bare)} "
+                                f"(expected {' or '.join(map(repr, bare))}, or a table)")
+            return kind.make()
+        if isinstance(raw, dict) and len(raw) == 1:
             key, value = next(iter(raw.items()))
-            if key in TABLE_ENTRIES and isinstance(value, str):
-                return self.table_entry(key, str(value), where)
-        raise self.fail(where, 'expected "started", "complete" or a table with one of '
-                        + ", ".join(sorted(TABLE_ENTRIES)) + " (a string)")
-
-    def table_entry(self, key: str, value: str, where: str) -> Entry:
-        if key == "commit_created":
-            if not HEX40.match(value):
-                raise self.fail(where + " → commit_created", "expected a full 40-hex commit sha")
-            return CommitCreated(value)
-        if key == "stuck":
-            return Stuck(value)
-        if key == "resolved":
-            return Resolved(value)
-        return Response(value)
-
-
-def _kind_name(kind: type) -> str:
-    return {str: "a string", int: "an integer", float: "a number", list: "a list"}[kind]
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "unwrap"):
-        return value.unwrap()
-    return value
+            kind = BY_KEY.get(key)
+            if kind is None or kind.bare:
+                raise self.fail(where, f"unknown entry `{key}`{_suggest(key, tables)} "
+                                f"(expected one of {', '.join(tables)})")
+            if not isinstance(value, str) or (kind.pattern and not kind.pattern.fullmatch(value)):
+                raise self.fail(f"{where} → {key}", f"expected {kind.expected}")
+            return kind.make(value)
+        raise self.fail(where, f"expected {' or '.join(map(repr, bare))}, or a table with one "
+                        f"of {', '.join(tables)}")
 
 
 # --- writing ------------------------------------------------------------------------------
 
 
-def entry_item(entry: Entry) -> Any:
-    """The TOML value for one history entry, formatted like the documentation shows it."""
-    if isinstance(entry, Started):
-        return "started"
-    if isinstance(entry, Complete):
-        return "complete"
-    if isinstance(entry, CommitCreated):
-        key, value = "commit_created", entry.sha
-    elif isinstance(entry, Stuck):
-        key, value = "stuck", entry.summary
-    elif isinstance(entry, Resolved):
-        key, value = "resolved", entry.note
-    else:
-        key, value = "response", entry.text
-    snippet = f"x = {{ {key} = {tomlkit.string(value).as_string()} }}"
-    return tomlkit.parse(snippet)["x"]
+def entry_toml(entry: Entry) -> str:
+    """One history entry as TOML, formatted as the documentation shows it."""
+    kind = kind_of(entry)
+    if kind.bare:
+        return f'"{kind.key}"'
+    return f"{{ {kind.key} = {tomltext.basic_string(value_of(entry) or '')} }}"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temporary file beside the target, fsync, rename, fsync the directory."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # our own temporary file, never anything else
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass
+class _Known:
+    """The file as this run last read or wrote it, and where its tables are."""
+
+    text: str
+    spec: Spec
+    layout: tomltext.Layout
+    data: bytes  # the text as bytes: an unchanged file is recognised without decoding it
 
 
 class SpecFile:
-    """The spec on disk, locked for one run. Every change is one appended entry, saved at once."""
+    """The spec on disk. A symlink is followed: the file it points to is the one written."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path.resolve()
+        self.path = path  # as the user named it, for messages
+        self.real = Path(os.path.realpath(path))
+        self._known: _Known | None = None
+
+    def load(self) -> Spec:
+        return self._read().spec
+
+    def _read(self) -> _Known:
+        data = read_bytes(self.real)
+        if self._known is not None and data == self._known.data:
+            return self._known
+        text = decode(self.real, data)
+        spec = replace(parse(self.path, text), path=self.path)
+        body = text.removeprefix(BOM)
+        try:
+            layout = tomltext.scan(body)
+        except tomltext.TomlScanError as exc:
+            raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
+                            "layout", "Write each commit as a [[commit]] table.") from None
+        if len(layout.commits) != len(spec.commits):
+            raise SpecError(f"{self.path.name}: write each commit as its own [[commit]] table "
+                            "(inline arrays of commits cannot be appended to)")
+        self._known = _Known(text, spec, layout, data)
+        return self._known
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[SpecFile]:
-        """An exclusive lock beside the spec, released (and removed) when the run ends; a killed
-        run's lock is released by the kernel."""
-        lock_path = self.path.with_name(f".{self.path.name}.lock")
-        fd = self._acquire(lock_path)
+    def locked(self, lock_path: Path) -> Iterator[SpecFile]:
+        """An exclusive lock for one run. The lock file lives with the run's own state (see
+        `statedir`); it is never removed, and a killed run's lock is released by the kernel."""
         try:
-            yield self
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock_path)
-            os.close(fd)
-
-    def _acquire(self, lock_path: Path) -> int:
-        while True:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except OSError as exc:
+            raise LockedError(f"cannot open the lock file {lock_path}: {exc.strerror}",
+                              f"It must be a regular file of yours: remove it (rm -r "
+                              f"{lock_path}) and rerun.") from None
+        try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
                 raise LockedError(f"{self.path.name} is in use by another retcon-sandbox run "
-                                  f"(pid {owner})", "Wait for it to finish, or stop it."
-                                  ) from None
-            try:
-                same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:  # else the holder removed it as we opened it: take the new one
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-                return fd
+                                  f"(pid {owner})", "Wait for it to finish, or stop it.") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield self
+        finally:
             os.close(fd)
-
-    def load(self) -> Spec:
-        return load(self.path)
 
     def append(self, commit: CommitSpec, entry: Entry) -> tuple[Spec, CommitSpec]:
         """Append `entry` to `commit`'s history as the file is now on disk, and save atomically.
-
-        The file is re-read first, so edits the user made during the run are kept. If the
-        commit can no longer be found with the history we know, nothing is written.
-        """
-        text = self._read()
-        doc = _parse_doc(self.path, text)
+        If the commit can no longer be found with the history we know, nothing is written."""
         try:
-            current = _Validator(self.path).spec(doc)
+            known = self._read()
         except SpecError as exc:
             raise self._conflict(entry, f"it no longer validates: {exc.message}") from None
-        index = self._locate(current, commit, entry)
-        table = doc["commit"][index]
-        if "history" not in table:
-            _add_history(table)
-        history = table["history"]
-        if isinstance(history, Array) and len(history) == 0:
-            history.multiline(True)
-        history.append(entry_item(entry))
-        new_text = tomlkit.dumps(doc)
-        spec = parse(self.path, new_text)
-        atomic_write(self.path, new_text)
-        return spec, spec.commits[index]
-
-    def _read(self) -> str:
+        index = self._locate(known.spec, commit, entry)
+        table = known.layout.commits[index]
+        body = known.text.removeprefix(BOM)
+        splices = tomltext.insertion(body, table, entry_toml(entry))
+        new_body = tomltext.apply(body, splices)
+        delta = len(new_body) - len(body)
+        updated = self._checked(known.spec.commits[index], entry, body, new_body, table, delta)
+        new_text = (BOM if known.text.startswith(BOM) else "") + new_body
+        new_data = new_text.encode("utf-8")
         try:
-            return self.path.read_text(encoding="utf-8")
+            atomic_write(self.real, new_data)
         except OSError as exc:
-            raise ConcurrentEditError(f"{self.path.name} can no longer be read: {exc}",
-                                      "Restore the file and rerun; the run resumes from it."
-                                      ) from None
+            raise SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
+                            f"Its directory must be writable. The entry that was not recorded: "
+                            f"history = [..., {entry_toml(entry)}]") from None
+        commits = list(known.spec.commits)
+        commits[index] = updated
+        spec = replace(known.spec, commits=tuple(commits))
+        rescanned = tomltext.scan(new_body, table.header, table.end + delta).commits[0]
+        tables = [*known.layout.commits[:index], rescanned,
+                  *(tomltext.shifted(t, delta) for t in known.layout.commits[index + 1:])]
+        self._known = _Known(new_text, spec, tomltext.Layout(tuple(tables)), new_data)
+        return spec, updated
+
+    def _checked(self, commit: CommitSpec, entry: Entry, body: str, new_body: str,
+                 table: tomltext.CommitTable, delta: int) -> CommitSpec:
+        """Parse the changed table again: it must be the old one plus exactly this entry."""
+        validator = _Validator(self.path)
+        try:
+            old = tomllib.loads(body[table.header : table.end])["commit"][0]
+            new = tomllib.loads(new_body[table.header : table.end + delta])["commit"][0]
+            updated = validator.commit(new, commit.number)
+        except (tomllib.TOMLDecodeError, SpecError, KeyError, IndexError) as exc:
+            raise self._conflict(entry, f"the entry could not be added safely ({exc})") from None
+        old_history = old.get("history", [])
+        if {**old, "history": [*old_history, new["history"][-1]]} != new or \
+                updated.history != (*commit.history, entry):
+            raise self._conflict(entry, "the entry could not be added safely")
+        return updated
 
     def _locate(self, current: Spec, commit: CommitSpec, entry: Entry) -> int:
         def fits(c: CommitSpec) -> bool:
-            return c.message == commit.message and c.history[: len(commit.history)] == \
-                commit.history
+            return c.message == commit.message and \
+                c.history[: len(commit.history)] == commit.history
         i = commit.number - 1
         if i < len(current.commits) and fits(current.commits[i]):
             return i
@@ -351,41 +396,5 @@ class SpecFile:
         return ConcurrentEditError(
             f"{self.path.name} was edited during the run and {why}; your edit is kept and "
             f"nothing was written",
-            "The entry that was not recorded: "
-            f"{tomlkit.dumps({'history': [entry_item(entry)]}).strip()} — fix the file and rerun "
-            "to continue.",
-        )
-
-
-def _add_history(table: Table) -> None:
-    """Add `history = []` right after the table's last key, so comments and blank lines that
-    lead into the next table stay where the user put them."""
-    array = tomlkit.array()
-    array.multiline(True)
-    keys = [key for key, _ in table.value.body if key is not None]
-    if keys:
-        table.value._insert_after(keys[-1], "history", array)
-    else:
-        table["history"] = array
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Temporary file beside the target, fsync, rename, fsync the directory."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+            f"The entry that was not recorded: history = [..., {entry_toml(entry)}] — fix the "
+            "file and rerun to continue.")

@@ -1,36 +1,46 @@
-"""The working state of one logical commit: the tree that went into the sandbox, plus the host's
-record of every change made since. Commits are made from this record, never from the sandbox's
-files, so nothing a build leaves behind can reach a commit.
+"""The working state of one logical commit: a base tree, plus the host's record of every change
+made since. Commits are made from this record, never from the sandbox's files, so nothing a
+build leaves behind can reach a commit.
+
+The sandbox is opened on first use (a tool call, a command), holding the tree as recorded at
+that moment; a step that needs no sandbox (a `paths` commit whose verification is cached) starts
+no container at all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from runner.gitrepo import FileChange, Repo, TreeEntry
-from runner.paths import PathRefused, repo_path
-from runner.sandbox_api import CommandResult, Sandbox, ToolFailure
+from retcon_sandbox.gitrepo import FileChange, Repo, TreeEntry
+from retcon_sandbox.paths import PathRefused, repo_path
+from retcon_sandbox.sandbox_api import Sandbox, ToolFailure
 
 DIFF_CAP = 200_000
 
 
-@dataclass(frozen=True)
-class Commands:
-    build: str | None
-    test: str | None
-    timeout: float
+Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
 
 
 class WorkState:
-    def __init__(self, repo: Repo, box: Sandbox, base_tree: str, source: str,
-                 commands: Commands) -> None:
+    def __init__(self, repo: Repo, opener: Opener, base_tree: str, source: str) -> None:
         self.repo = repo
-        self.box = box
+        self._open = opener
+        self._box: Sandbox | None = None
         self.base_tree = base_tree
         self.source = source
-        self.commands = commands
         self._base_entries = repo.ls_tree(base_tree)
         self._changes: dict[str, FileChange] = {}
+
+    @property
+    def box(self) -> Sandbox:
+        """The sandbox, opened now if need be, holding the working tree as recorded."""
+        if self._box is None:
+            self._box = self._open(self.tree())
+        return self._box
+
+    @property
+    def opened(self) -> bool:
+        return self._box is not None
 
     # -- the record -------------------------------------------------------------------------
 
@@ -53,14 +63,15 @@ class WorkState:
 
     # -- what the tools and the deterministic steps do ------------------------------------
 
-    def put(self, path: str, entry: TreeEntry | None) -> str:
-        """Set `path` to a blob already in the repository (or delete it): `paths` commits."""
-        if entry is None:
-            summary = self.box.delete_file(path)
-        else:
-            summary = self.box.write_file(path, self.repo.blob(entry.sha), entry.mode).summary
+    def put(self, path: str, entry: TreeEntry | None) -> None:
+        """Set `path` to a blob already in the repository (or delete it): `paths` commits. An open
+        sandbox gets the change too; one opened later loads it with the tree."""
+        if self._box is not None:
+            if entry is None:
+                self._box.delete_file(path)
+            else:
+                self._box.write_file(path, self.repo.blob(entry.sha), entry.mode)
         self._changes[path] = FileChange(path, entry)
-        return summary
 
     def write_file(self, path: str, content: str) -> str:
         path = _checked(path)
@@ -96,24 +107,9 @@ class WorkState:
                     "call read_diff with a path ...]\n" + diff[-DIFF_CAP // 2 :])
         return diff
 
-    def run(self, which: str) -> CommandResult | None:
-        command = self.commands.build if which == "build" else self.commands.test
-        if not command:
-            return None
-        return self.box.run(command, self.commands.timeout)
-
 
 def _checked(path: str) -> str:
     try:
         return repo_path(path)
     except PathRefused as exc:
         raise ToolFailure(str(exc)) from None
-
-
-def describe(result: CommandResult | None, what: str) -> str:
-    if result is None:
-        return f"{what}: skipped (no {what.lower()} command configured)"
-    note = f"\n[output: {result.total_bytes} bytes in all; head and tail kept]" \
-        if result.truncated else ""
-    return f"{what} {result.verdict()} in {result.seconds:.1f}s\n$ {result.command}\n" \
-           f"{result.output}{note}"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from runner.commands.demo import create
+from retcon_sandbox.commands.demo import create
 
 ROOT = Path(__file__).resolve().parent.parent
+CLI = (sys.executable, "-m", "retcon_sandbox")
+NEUTRAL = Path(tempfile.gettempdir())
 SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR", "GIT_INDEX_FILE",
          "GIT_WORK_TREE")
 
@@ -77,9 +80,10 @@ class Result:
 
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
         timeout: float = 600) -> Result:
-    """The real command line, in a subprocess."""
-    proc = subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=timeout,
+    """The real command line, in a subprocess; by default from a directory outside any
+    repository, so the repository is found from the spec's directory."""
+    proc = subprocess.run([*CLI, *args], cwd=cwd or NEUTRAL, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout,
                           stdin=subprocess.DEVNULL)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

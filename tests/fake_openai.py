@@ -2,12 +2,17 @@
 
 Each POST to /v1/chat/completions takes the next item of the script: a `Fault(status)` answers
 with that HTTP error; a list of `call(...)` answers with those tool calls; a string answers with
-plain content. Every request body is recorded for assertions.
+plain content; `Raw(...)` answers with any body (an HTML page, text that is not JSON); `Hang()`
+answers nothing until the server shuts down. A request for a model not in `models` (when given)
+is answered 404, as OpenAI does. Every request body is recorded for assertions. The tool's
+preflight request is answered by `preflight` (plain "OK" by default) without taking an item of
+the script. `refused_url()` is an endpoint where nothing listens.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +22,27 @@ from typing import Any
 @dataclass(frozen=True)
 class Fault:
     status: int
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Any answer at all: a status, a body and its content type."""
+
+    body: str
+    status: int = 200
+    content_type: str = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Hang:
+    """No answer, until the server shuts down."""
+
+
+HTML = Raw("<!DOCTYPE html><html><head><title>Welcome</title></head>"
+           "<body><h1>It works!</h1></body></html>\n")
+NOT_JSON = Raw("OK\n", content_type="text/plain")
+BROKEN_JSON = Raw('{"id": "chatcmpl-1", "choices": [', content_type="application/json")
 
 
 @dataclass(frozen=True)
@@ -29,12 +55,25 @@ def call(name: str, raw: str | None = None, **args: Any) -> Call:
     return Call(name, raw if raw is not None else json.dumps(args))
 
 
-Step = Fault | list[Call] | str
+Step = Fault | Raw | Hang | list[Call] | str
+
+
+def refused_url() -> str:
+    """An endpoint on a port nothing listens on (bound, then closed, so no one else has it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
 
 
 class FakeOpenAI:
-    def __init__(self, script: list[Step]) -> None:
+    def __init__(self, script: list[Step], preflight: Step = "OK",
+                 models: tuple[str, ...] | None = None) -> None:
         self.script = list(script)
+        self.preflight = preflight
+        self.models = models
+        self._closing = threading.Event()
+        self.preflights = 0
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._calls = 0
@@ -55,6 +94,7 @@ class FakeOpenAI:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -67,16 +107,28 @@ class FakeOpenAI:
                     seen[message["tool_call_id"]] = message["content"]
         return list(seen.values())
 
-    def _next(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _next(self, body: dict[str, Any]) -> Step | tuple[int, dict[str, Any]]:
         with self._lock:
-            self.requests.append(body)
-            if not self.script:
-                return 500, {"error": {"message": "script exhausted", "type": "test"}}
-            step = self.script.pop(0)
             self._calls += 1
             n = self._calls
+            if self.models is not None and body.get("model") not in self.models:
+                return 404, {"error": {"message": f"The model `{body.get('model')}` does not "
+                                                  "exist or you do not have access to it.",
+                                       "type": "invalid_request_error",
+                                       "code": "model_not_found"}}
+            if _is_preflight(body):
+                self.preflights += 1
+                step = self.preflight
+            else:
+                self.requests.append(body)
+                if not self.script:
+                    return 500, {"error": {"message": "script exhausted", "type": "test"}}
+                step = self.script.pop(0)
+        if isinstance(step, Raw | Hang):
+            return step
         if isinstance(step, Fault):
-            return step.status, {"error": {"message": f"scripted fault {step.status}",
+            return step.status, {"error": {"message": step.message or
+                                           f"scripted fault {step.status}",
                                            "type": "test", "code": None}}
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if isinstance(step, str):
@@ -103,12 +155,22 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    status, payload = 404, {"error": {"message": "not found"}}
+                    answer: Step | tuple[int, dict[str, Any]] = \
+                        (404, {"error": {"message": "not found"}})
                 else:
-                    status, payload = fake._next(body)
-                data = json.dumps(payload).encode()
+                    answer = fake._next(body)
+                if isinstance(answer, Hang):
+                    fake._closing.wait()
+                    return
+                if isinstance(answer, Raw):
+                    status, content_type = answer.status, answer.content_type
+                    data = answer.body.encode()
+                else:
+                    assert isinstance(answer, tuple)
+                    status, content_type = answer[0], "application/json"
+                    data = json.dumps(answer[1]).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -117,3 +179,8 @@ class FakeOpenAI:
                 pass
 
         return Handler
+
+
+def _is_preflight(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    return len(messages) == 1 and "retcon-sandbox preflight" in str(messages[0].get("content"))

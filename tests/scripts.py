@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from runner import demo_project as d
+from collections.abc import Sequence
+
+from retcon_sandbox import demo_project as d
 from tests.fake_openai import Call, Fault, Step, call
 
 BROKEN_DISCOUNTS = "def discounted_total(cart, code=None:\n    return 0\n"
@@ -40,6 +42,8 @@ def reconstruction() -> list[Step]:
 
 
 def stuck_then_fixed() -> tuple[list[Step], list[Step]]:
+    first: list[Step]
+    second: list[Step]
     """Commit 2 is reported stuck; after a `resolved` note, the run finishes."""
     first = [
         [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
@@ -58,7 +62,7 @@ def stuck_then_fixed() -> tuple[list[Step], list[Step]]:
     return first, second
 
 
-def with_gaps(assign: list[Step]) -> list[Step]:
+def with_gaps(assign: Sequence[Step]) -> list[Step]:
     """The reconstruction, but commit 1 forgets tests/test_validation.py and commit 4 forgets
     docs/discounts.md; `assign` is what the model answers in the remainder step."""
     script = reconstruction()
@@ -66,4 +70,4 @@ def with_gaps(assign: list[Step]) -> list[Step]:
                  call("delete_file", path="shop/legacy_checks.py"),
                  call("create_commit", message="Move validation")]
     script[-1] = [write("README.md", d.README), call("create_commit", message="docs")]
-    return script + assign
+    return [*script, *assign]

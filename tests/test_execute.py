@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from runner import demo_project
-from tests.conftest import Demo, cli, git, llm_env, make_demo
+from retcon_sandbox import demo_project
+from tests.conftest import CLI, NEUTRAL, Demo, cli, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction, stuck_then_fixed
 
@@ -78,17 +78,19 @@ def test_llm_reconstructs_a_messy_branch_into_four_commits(tmp_path: Path) -> No
     # progress reads like the seed's session
     for line in ("Commit 2/4: feat: discount codes", "Building... FAIL", "Fix attempt 1:",
                  "Creating fixup commit...", "Tree check: cleaned == source ✓", "Complete!",
-                 "1 fix commits", "git rebase -i --autosquash", "Tokens: #1 "):
+                 "1 fix commits", "rerun with --squash-wip", "Tokens: #1 "):
         assert line in result.out, line
     # the spec: everything the user wrote is still there, and each commit ends in complete
     spec_text = demo.spec.read_text()
     assert spec_text.startswith(original.split("[[commit]]")[0])
     assert spec_text.count('"complete"') == 4
-    transcript = demo.spec.with_name("history-spec.transcript.jsonl").read_text().splitlines()
+    transcripts = list((demo.path / ".git" / "retcon-sandbox").glob("*.transcript.jsonl"))
+    assert len(transcripts) == 1 and f"Transcript: {transcripts[0]}" in result.out
+    transcript = transcripts[0].read_text().splitlines()
     assert len(transcript) == 10 and json.loads(transcript[0])["usage"]["prompt_tokens"] == 100
     after = user_state(demo)
     assert after[:2] == before[:2] and after[3] == before[3]  # HEAD and source untouched
-    assert after[2] == before[2] + "\n?? history-spec.transcript.jsonl"  # and the work tree
+    assert after[2] == before[2]  # and the work tree: the run's own files are under .git
 
 
 def test_paths_only_spec_needs_no_model(demo: Demo, tmp_path: Path) -> None:
@@ -159,7 +161,7 @@ def test_kill_9_mid_run_then_rerun_completes_consistently(demo: Demo, tmp_path: 
         'test = "python3 -m pytest -q -p no:cacheprovider"',
         'test = "sleep 0.5; python3 -m pytest -q -p no:cacheprovider"')
     demo.spec.write_text(slow)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(demo.spec), *LOCAL],
+    proc = subprocess.Popen([*CLI, "execute", str(demo.spec), *LOCAL], cwd=NEUTRAL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 60
@@ -190,15 +192,18 @@ def test_squash_wip_leaves_one_commit_per_entry(tmp_path: Path) -> None:
     assert_every_commit_passes(demo, tmp_path)
 
 
-def test_model_outage_makes_the_commit_stuck_and_keeps_the_spec(tmp_path: Path) -> None:
+def test_a_model_outage_mid_run_is_an_error_not_a_stuck_commit(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
-    with FakeOpenAI([]) as model:  # every call answers 500
+    with FakeOpenAI([]) as model:  # every call but the preflight answers 500
         result = cli("execute", str(demo.spec), *LOCAL,
                      env={**llm_env(model.base_url), "RETCON_SANDBOX_MODEL_ATTEMPTS": "3"})
         calls = len(model.requests)
-    assert result.code == 3, result.out + result.err
+    assert result.code == 1, result.out + result.err
     assert calls == 3
-    assert "kept failing after 3 attempts: HTTP 500" in demo.spec.read_text()
+    assert "retry 2/3" in result.err and "retry 3/3" in result.err
+    assert "the model endpoint failed after 3 attempts: HTTP 500" in result.err
+    assert "fake-model" in result.err and model.base_url in result.err
+    assert "stuck" not in demo.spec.read_text()
 
 
 def test_leftover_changes_go_into_a_loud_final_commit(tmp_path: Path) -> None:
@@ -219,7 +224,11 @@ def test_json_events_and_status(demo: Demo) -> None:
     events = [json.loads(line) for line in result.out.splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds[0] == "spec" and kinds[-1] == "summary" and kinds.count("commit_complete") == 4
-    assert {"event": "tree_check", "equal": True, "differing": 0} in events
+    check = next(e for e in events if e["event"] == "tree_check")
+    assert check["equal"] is True and check["differing"] == 0
+    assert all({"time", "run"} <= set(e) for e in events)
+    assert len({e["run"] for e in events}) == 1
+    assert [e["number"] for e in events if e["event"] == "commit_complete"] == [1, 2, 3, 4]
     status = cli("status", str(demo.spec))
     assert status.code == 0 and "4/4 complete" in status.out
 
@@ -229,7 +238,7 @@ def test_bad_input_gets_a_clear_error_and_nothing_is_lost(demo: Demo) -> None:
     demo.spec.write_text(broken)
     result = cli("execute", str(demo.spec), *LOCAL)
     assert result.code == 1
-    assert "history-spec.toml: [[commit]] #2 → paths[0]: expected a string" in result.err
+    assert "history-spec.toml: [[commit]] #2 → paths[0]: expected a path or pattern" in result.err
     assert "Traceback" not in result.err and demo.spec.read_text() == broken
     missing = cli("execute", str(demo.spec.with_name("nope.toml")), *LOCAL)
     assert missing.code == 1 and "no such file" in missing.err
@@ -274,8 +283,8 @@ def test_stuck_at_a_terminal_asks_for_a_note_and_goes_on(tmp_path: Path) -> None
     with FakeOpenAI(first + second) as model:
         leader, follower = pty.openpty()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "execute", str(demo.spec), "--sandbox", "local"],
-            stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [*CLI, "execute", str(demo.spec), "--sandbox", "local"], cwd=NEUTRAL, stdin=follower,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **llm_env(model.base_url)})
         os.close(follower)
         os.write(leader, b"Discounts only need check_price from commit 1.\n")

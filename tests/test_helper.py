@@ -11,11 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.local_backend import LocalBackend
-from runner.sandbox_api import HelperSandbox, ToolFailure
+from retcon_sandbox.archive import TarStream, of_bytes
+from retcon_sandbox.local_backend import LocalBackend
+from retcon_sandbox.sandbox_api import HelperSandbox, ToolFailure
 
 
-def tar_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+def tar_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> TarStream:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, data in files.items():
@@ -27,7 +28,7 @@ def tar_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> byte
             info.type = tarfile.SYMTYPE
             info.linkname = target
             tar.addfile(info)
-    return buffer.getvalue()
+    return of_bytes(buffer.getvalue(), len(files) + len(links or {}))
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """The state machine, without I/O: what a commit needs next, from its history alone."""
 
-from runner.history import (
+from retcon_sandbox.history import (
     Blocked,
     CommitCreated,
     Complete,
     Done,
+    Entry,
     Extract,
     Fresh,
     Resolved,
@@ -40,24 +41,24 @@ def test_stuck_without_resolution_blocks() -> None:
 
 
 def test_resolved_retries_the_fix_loop_with_the_note() -> None:
-    history = [Started(), CommitCreated(A), Stuck("cycle"), Resolved("merged 3 and 4")]
+    history: list[Entry] = [Started(), CommitCreated(A), Stuck("cycle"), Resolved("merged 3 and 4")]
     assert next_step(history) == Verify(A, "merged 3 and 4", "cycle", interrupted=False)
 
 
 def test_resolved_without_any_commit_retries_extraction() -> None:
-    history = [Started(), Stuck("unclear hints"), Resolved("hints fixed")]
+    history: list[Entry] = [Started(), Stuck("unclear hints"), Resolved("hints fixed")]
     assert next_step(history) == Extract("hints fixed", "unclear hints", interrupted=False)
 
 
 def test_response_written_ahead_resolves_the_next_stuck_only() -> None:
-    ahead = [Response("use the helper"), Started(), Stuck("missing helper")]
+    ahead: list[Entry] = [Response("use the helper"), Started(), Stuck("missing helper")]
     assert next_step(ahead) == Extract("use the helper", "missing helper", interrupted=False)
-    used_up = [*ahead, CommitCreated(A), Stuck("again")]
+    used_up: list[Entry] = [*ahead, CommitCreated(A), Stuck("again")]
     assert next_step(used_up) == Blocked("again")
 
 
 def test_response_after_stuck_resolves_it() -> None:
-    history = [Started(), CommitCreated(A), Stuck("s"), Response("go on")]
+    history: list[Entry] = [Started(), CommitCreated(A), Stuck("s"), Response("go on")]
     assert next_step(history) == Verify(A, "go on", "s", interrupted=False)
 
 
@@ -66,5 +67,6 @@ def test_a_response_alone_does_not_start_anything() -> None:
 
 
 def test_fix_commits_after_resolution_keep_the_note_and_verify_the_newest() -> None:
-    history = [Started(), CommitCreated(A), Stuck("s"), Resolved("r"), CommitCreated(B)]
+    history: list[Entry] = [Started(), CommitCreated(A), Stuck("s"), Resolved("r"),
+                            CommitCreated(B)]
     assert next_step(history) == Verify(B, "r", "s", interrupted=True)

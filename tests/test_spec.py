@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import ConcurrentEditError, LockedError, SpecError
-from runner.history import CommitCreated, Complete, Started, Stuck
-from runner.spec import SpecFile, load
+from retcon_sandbox.errors import ConcurrentEditError, LockedError, SpecError
+from retcon_sandbox.history import CommitCreated, Complete, Started, Stuck
+from retcon_sandbox.spec import SpecFile, load
 
 SPEC = '''# My reconstruction plan
 source = "feature-oauth"          # the messy branch
@@ -55,22 +55,23 @@ def test_load_gives_typed_values(spec_path: Path) -> None:
 
 @pytest.mark.parametrize(("edit", "message"), [
     (('paths = ["src/validation.py"]', 'paths = ["a.py", 3]'),
-     "spec.toml: [[commit]] #1 → paths[1]: expected a string"),
+     "spec.toml: [[commit]] #1 → paths[1]: expected a path or pattern"),
     (('paths = ["src/validation.py"]', 'paths = ["../etc/passwd"]'),
      "spec.toml: [[commit]] #1 → paths[0]: `..` is refused"),
     (('message = "feat: oauth"', 'message = 7'),
      "spec.toml: [[commit]] #2 → message: expected a string"),
     (('remote = "origin/main"', ''), "spec.toml: remote: missing (expected a string)"),
     (('build = "make"', 'build = "make"\nnetwork = "bridge"'),
-     'spec.toml: [sandbox] → network: only "none" is supported'),
+     'spec.toml: [sandbox] → network: expected "none"'),
     (('build = "make"', 'bogus = 1'), "spec.toml: [sandbox] → bogus: unknown key"),
     (('hints = "Move validate_user."', 'history = ["complete", { commit_created = "abc" }]'),
      "spec.toml: [[commit]] #1 → history[1] → commit_created: expected a full 40-hex commit sha"),
     (('hints = "Move validate_user."', 'history = ["done"]'),
-     'spec.toml: [[commit]] #1 → history[0]: unknown entry "done"'),
+     "spec.toml: [[commit]] #1 → history[0]: unknown entry 'done'"),
     (('cleaned = "feature-oauth-clean"', 'cleaned = "feature-oauth"'),
      "spec.toml: cleaned: must differ from `source`"),
-    (('source = "feature-oauth"', 'source = "feature-oauth'), "spec.toml: line 2"),
+    (('source = "feature-oauth"', 'source = "feature-oauth'),
+     "spec.toml: not valid TOML: Illegal character '\\n' (at line 2"),
 ])
 def test_errors_name_the_key_path(spec_path: Path, edit: tuple[str, str], message: str) -> None:
     spec_path.write_text(SPEC.replace(*edit))
@@ -126,7 +127,7 @@ def test_saves_leave_no_temporary_files(spec_path: Path) -> None:
 
 def _hold_lock(path: str, ready: multiprocessing.synchronize.Event,
                release: multiprocessing.synchronize.Event) -> None:
-    with SpecFile(Path(path)).locked():
+    with SpecFile(Path(path)).locked(Path(path).with_name("spec.lock")):
         ready.set()
         release.wait(10)
 
@@ -137,11 +138,12 @@ def test_a_second_run_on_the_same_spec_is_refused(spec_path: Path) -> None:
     other.start()
     try:
         assert ready.wait(10)
-        with pytest.raises(LockedError) as info, SpecFile(spec_path).locked():
+        with pytest.raises(LockedError) as info, \
+                SpecFile(spec_path).locked(spec_path.with_name("spec.lock")):
             pass
         assert f"pid {other.pid}" in info.value.message
     finally:
         release.set()
         other.join()
-    with SpecFile(spec_path).locked():  # free again once the holder is gone
+    with SpecFile(spec_path).locked(spec_path.with_name("spec.lock")):  # free again
         pass

@@ -1,12 +1,41 @@
-"""`retcon-sandbox clean`: remove every sandbox container left behind (e.g. after kill -9)."""
+"""`retcon-sandbox clean`: remove the sandbox containers of runs that are no longer alive (killed
+with -9, or on a host that rebooted). A run in progress keeps its containers, and so does a run
+on another host sharing the engine; `--all` removes those too."""
 
 from __future__ import annotations
 
-from runner.docker_backend import LABEL_RUN, DockerEngine
-from runner.errors import EXIT_OK
+import argparse
+import os
+
+from retcon_sandbox import liveness
+from retcon_sandbox.docker_backend import LABEL_SPEC, DockerEngine
+from retcon_sandbox.errors import EXIT_OK
 
 
-def run() -> int:
-    count = DockerEngine().remove_containers([LABEL_RUN])
-    print(f"Removed {count} sandbox container(s)." if count else "No sandbox containers left.")
+def removable(labels: dict[str, str], here: str, everything: bool) -> bool:
+    if everything:
+        return True
+    owner = liveness.owner_of(labels)
+    started = liveness.process_start(owner.pid) if owner and owner.host == here else None
+    return not liveness.alive(owner, here, started)
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = DockerEngine()
+    specs = {os.path.realpath(spec) for spec in args.specs}
+    here = liveness.host()
+    removed = kept = 0
+    for container_id, labels in engine.sandbox_containers().items():
+        if specs and labels.get(LABEL_SPEC) not in specs:
+            continue
+        if removable(labels, here, args.all):
+            engine.remove_container(container_id)
+            removed += 1
+        else:
+            kept += 1
+    print(f"Removed {removed} sandbox container(s)." if removed else
+          "No sandbox containers of finished runs left.")
+    if kept:
+        print(f"Kept {kept} of runs still in progress (or on other hosts); `retcon-sandbox clean "
+              "--all` removes them too.")
     return EXIT_OK

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
-from runner import demo_project
-from runner.commands import execute
-from runner.errors import EXIT_OK, UsageError
-from runner.gitrepo import Repo
+from retcon_sandbox import demo_project
+from retcon_sandbox.commands import execute
+from retcon_sandbox.errors import EXIT_OK, UsageError
+from retcon_sandbox.gitrepo import Repo
 
 WIDTH = 44
 
@@ -43,15 +44,16 @@ def side_by_side(repo: Repo) -> str:
     return "\n".join(rows)
 
 
-def run(directory: Path | None, llm: bool, model: str | None, base_url: str | None,
-        sandbox: str) -> int:
+def run(args: argparse.Namespace) -> int:
+    directory = Path(args.directory) if args.directory else None
     target = (directory or Path(tempfile.mkdtemp(prefix="retcon-demo-"))).resolve()
-    spec = create(target, with_paths=not llm)
+    spec = create(target, with_paths=not args.llm)
     print(f"Demo repository: {target}")
     print(f"  main: the shop; feature: {len(demo_project.MESSY)} messy commits on top")
     print(f"  spec: {spec}\n")
-    code = execute.run(execute.ExecuteOptions(spec=spec, model=model, base_url=base_url,
-                                              sandbox=sandbox, non_interactive=True))
+    code = execute.execute(execute.ExecuteOptions(
+        spec=spec, model=args.model, base_url=args.base_url, model_timeout=args.model_timeout,
+        sandbox=args.sandbox, non_interactive=True))
     repo = Repo(target)
     print("\n" + side_by_side(repo))
     same = repo.tree_of("feature") == repo.tree_of("feature-clean")

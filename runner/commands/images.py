@@ -1,35 +1,36 @@
-"""`retcon-sandbox images build|bootstrap|list`."""
+"""`retcon-sandbox images build|bootstrap|list|prune`."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from runner import images
-from runner.docker_backend import DockerEngine
-from runner.errors import EXIT_OK
+from retcon_sandbox import images
+from retcon_sandbox.docker_backend import DockerEngine
+from retcon_sandbox.errors import EXIT_OK, UsageError
 
 
 def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
-def build(names: list[str]) -> int:
+def run(args: argparse.Namespace) -> int:
     engine = DockerEngine()
-    for name in names or list(images.CATALOG):
-        tag = images.build(engine, name, _say)
-        print(f"Built {tag}")
-    return EXIT_OK
-
-
-def bootstrap() -> int:
-    tag = images.bootstrap(DockerEngine(), _say)
-    print(f"Bootstrapped {tag}; `retcon-sandbox images build` now builds offline.")
-    return EXIT_OK
-
-
-def listing() -> int:
-    engine = DockerEngine()
-    for definition in images.CATALOG.values():
-        state = "built" if engine.has_image(definition.tag) else "not built"
-        print(f"  {definition.name:<6} {definition.tag:<28} {state}")
+    if args.action == "build":
+        unknown = [n for n in args.names if n not in images.CATALOG]
+        if unknown:
+            raise UsageError(f"no image named {', '.join(map(repr, unknown))}",
+                             "Known: " + ", ".join(images.CATALOG))
+        for name in args.names or list(images.CATALOG):
+            tag = images.ensure(engine, images.CATALOG[name].tag, _say)
+            print(f"Built {tag}")
+    elif args.action == "bootstrap":
+        tag = images.bootstrap(engine, _say)
+        print(f"Bootstrapped {tag}; `retcon-sandbox images build` now builds offline.")
+    elif args.action == "list":
+        for row in images.listing(engine):
+            print(f"  {row.name:<6} {row.tag:<36} {row.state}")
+    else:
+        removed = images.prune(engine, _say)
+        print(f"Removed {len(removed)} stale image(s)." if removed else "No stale images.")
     return EXIT_OK

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from runner.agent import PROMPTS
-from runner.errors import EXIT_OK
+import argparse
+
+from retcon_sandbox.errors import EXIT_OK
+from retcon_sandbox.resources import prompt_text
 
 
-def run() -> int:
-    print((PROMPTS / "guide.md").read_text(encoding="utf-8"), end="")
+def run(args: argparse.Namespace) -> int:
+    print(prompt_text("guide"), end="")
     return EXIT_OK

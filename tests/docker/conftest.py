@@ -2,35 +2,65 @@
 
 from __future__ import annotations
 
+import io
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from runner import images
-from runner.docker_backend import LABEL_RUN, DockerBackend, DockerEngine, Hardening
+from retcon_sandbox import images
+from retcon_sandbox.docker_backend import LABEL_RUN, LABEL_SPEC, DockerBackend, DockerEngine
+from retcon_sandbox.settings import DEFAULTS
+
+
+def say(line: str) -> None:
+    sys.stderr.write(line + "\n")
 
 
 @pytest.fixture(scope="session")
 def engine() -> DockerEngine:
     engine = DockerEngine()  # raises SandboxError, failing the tier, when no engine answers
-    images.ensure(engine, images.DEFAULT_IMAGE, lambda line: sys.stderr.write(line + "\n"))
+    images.ensure(engine, images.default_image(), say)
     return engine
 
 
+def ours(engine: DockerEngine, base: Path) -> list[str]:
+    """Sandbox containers of this test session: their spec lives under its base directory (so
+    sessions running side by side on one engine do not count each other's)."""
+    found = engine.client.containers.list(all=True, filters={"label": LABEL_RUN})
+    return [str(c.id) for c in found if c.labels.get(LABEL_SPEC, "").startswith(str(base))]
+
+
 @pytest.fixture(autouse=True)
-def no_container_left(engine: DockerEngine) -> Iterator[None]:
-    """After every Docker test: no sandbox container may remain, on any exit path."""
+def no_container_left(engine: DockerEngine,
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After every Docker test: no sandbox container of ours may remain, on any exit path."""
     yield
-    left = engine.count_containers(LABEL_RUN)
-    engine.remove_containers([LABEL_RUN])
-    assert left == 0, f"{left} sandbox container(s) left behind"
+    base = tmp_path_factory.getbasetemp()
+    left = ours(engine, base)
+    for container_id in left:
+        engine.client.containers.get(container_id).remove(force=True, v=True)
+    assert not left, f"{len(left)} sandbox container(s) left behind"
 
 
-SMALL = Hardening(memory="256m", cpus=1.0, pids=128, workspace_size="64m", tmp_size="32m")
+SMALL = DEFAULTS.replace(memory="256m", cpus=1.0, pids=128, workspace_size="64m",
+                         tmp_size="32m")
 
 
 @pytest.fixture
 def backend(engine: DockerEngine, tmp_path: Path) -> DockerBackend:
-    return DockerBackend(engine, images.DEFAULT_IMAGE, SMALL, {}, tmp_path / "spec.toml")
+    return DockerBackend(engine, images.default_image(), SMALL, {}, tmp_path / "spec.toml")
+
+
+def build_test_image(engine: DockerEngine, tag: str, dockerfile: str) -> None:
+    """An image of a test's own, from a Dockerfile's text."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    engine.build(buffer, tag, {}, {}, lambda line: None)

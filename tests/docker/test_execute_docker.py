@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from runner import demo_project, images
-from runner.docker_backend import LABEL_RUN, LABEL_SPEC, DockerEngine
-from tests.conftest import cli, llm_env, make_demo
+from retcon_sandbox import demo_project, images
+from retcon_sandbox.docker_backend import LABEL_RUN, LABEL_SPEC, DockerEngine
+from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
+from tests.docker.conftest import ours
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction
 
@@ -63,31 +63,30 @@ def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: P
     text = demo_project.spec_text(True).replace(
         'test = "python3 -m pytest -q -p no:cacheprovider"', 'test = "sleep 120"')
     demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=text)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(demo.spec),
-                             *DOCKER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([*CLI, "execute", str(demo.spec), *DOCKER], cwd=NEUTRAL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while engine.count_containers(LABEL_RUN) == 0 and time.monotonic() < deadline:
+    while not ours(engine, tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.5)  # inside the test command by now
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    assert engine.count_containers(LABEL_RUN) == 0
+    assert not ours(engine, tmp_path)
 
 
 def test_leftovers_of_a_killed_run_are_reaped(engine: DockerEngine, tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True)
-    engine.client.containers.create(images.DEFAULT_IMAGE, ["sleep", "infinity"], labels={
+    engine.client.containers.create(images.default_image(), ["sleep", "infinity"], labels={
         LABEL_RUN: "old", LABEL_SPEC: str(demo.spec.resolve())})
-    engine.client.containers.create(images.DEFAULT_IMAGE, ["sleep", "infinity"], labels={
-        LABEL_RUN: "other", LABEL_SPEC: "/elsewhere/spec.toml"})
+    engine.client.containers.create(images.default_image(), ["sleep", "infinity"], labels={
+        LABEL_RUN: "other", LABEL_SPEC: str(tmp_path / "elsewhere" / "spec.toml")})
     result = cli("execute", str(demo.spec), *DOCKER)
     assert result.code == 0, result.out + result.err
     assert "Removed 1 leftover sandbox container" in result.out
-    assert engine.count_containers(LABEL_RUN) == 1  # another spec's: not ours to reap
-    cleaned = cli("clean")
+    assert len(ours(engine, tmp_path)) == 1  # another spec's: not this run's to reap
+    cleaned = cli("clean", str(tmp_path / "elsewhere" / "spec.toml"))  # no owner: not alive
     assert cleaned.code == 0 and "Removed 1 sandbox container" in cleaned.out
 
 

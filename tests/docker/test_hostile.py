@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.docker_backend import DockerBackend, DockerEngine
-from runner.errors import SandboxError
-from runner.gitrepo import Repo
-from runner.sandbox_api import HelperSandbox, ToolFailure
-from runner.workspace import Commands, WorkState
+from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
+from retcon_sandbox.errors import SandboxError
+from retcon_sandbox.gitrepo import Repo
+from retcon_sandbox.sandbox_api import HelperSandbox, ToolFailure
+from retcon_sandbox.workspace import WorkState
 
 
 def still_serving(box: HelperSandbox) -> None:
@@ -35,7 +35,7 @@ def test_a_sandbox_that_is_not_isolated_is_refused(backend: DockerBackend) -> No
         def create_kwargs(self, label: str) -> dict[str, object]:
             return {**super().create_kwargs(label), "network_mode": "bridge"}
 
-    leaky = WithNetwork(backend.engine, backend.image, backend.hardening, {},
+    leaky = WithNetwork(backend.engine, backend.image, backend.settings, {},
                         Path(backend.spec_path))
     with pytest.raises(SandboxError, match="network interfaces besides loopback"), \
             leaky.open("t"):
@@ -109,12 +109,12 @@ def test_a_symlink_out_of_the_workspace_in_the_repository(tmp_path: Path,
     repo.commit_files("main", {"README.md": "hi\n"}, "init")
     tree = repo.make_tree(repo.tree_of("main"), [])
     link_blob = repo.write_blob(b"/etc")
-    from runner.gitrepo import FileChange, TreeEntry
+    from retcon_sandbox.gitrepo import FileChange, TreeEntry
 
     tree = repo.make_tree(tree, [FileChange("escape", TreeEntry("120000", link_blob))])
     with backend.open("t") as box:
-        box.load_tree(repo.tar_of_tree(tree))
-        state = WorkState(repo, box, tree, repo.resolve("main"), Commands(None, None, 10))
+        box.load_tree(repo.tree_tar(tree, 1 << 20))
+        state = WorkState(repo, lambda _: box, tree, repo.resolve("main"))
         with pytest.raises(ToolFailure, match="outside the workspace"):
             state.read_file("escape/passwd", None, None)
         with pytest.raises(ToolFailure, match="symlink"):
@@ -129,10 +129,10 @@ def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Pa
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
     monkeypatch.setenv("SOME_HOST_VAR", "host-only")
-    from runner import images
+    from retcon_sandbox import images
     from tests.docker.conftest import SMALL
 
-    backend = DockerBackend(engine, images.DEFAULT_IMAGE, SMALL, {"LANG": "C.UTF-8"},
+    backend = DockerBackend(engine, images.default_image(), SMALL, {"LANG": "C.UTF-8"},
                             tmp_path / "spec.toml")
     with backend.open("t") as box:
         output = box.run("env; cat /proc/1/environ | tr '\\0' '\\n'", 10).output
@@ -142,12 +142,11 @@ def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Pa
 
 def test_an_image_without_python3_is_refused_with_the_requirement(
         engine: DockerEngine, tmp_path: Path) -> None:
-    context = tmp_path / "nopython"
-    context.mkdir()
-    (context / "Dockerfile").write_text(
-        "FROM retcon-sandbox/base:latest\nUSER root\nRUN rm -f /usr/bin/python3*\n")
-    engine.build(context, "retcon-sandbox-test/nopython:latest", {}, lambda line: None)
-    from tests.docker.conftest import SMALL
+    from retcon_sandbox import images
+    from tests.docker.conftest import SMALL, build_test_image
+
+    build_test_image(engine, "retcon-sandbox-test/nopython:latest",
+                     f"FROM {images.default_image()}\nUSER root\nRUN rm -f /usr/bin/python3*\n")
 
     backend = DockerBackend(engine, "retcon-sandbox-test/nopython:latest", SMALL, {},
                             tmp_path / "spec.toml")

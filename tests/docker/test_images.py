@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from runner import images
-from runner.docker_backend import DockerEngine
+from retcon_sandbox import images
+from retcon_sandbox.docker_backend import DockerEngine
 
 
 @pytest.mark.parametrize(("name", "checks"), [

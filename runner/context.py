@@ -1,0 +1,127 @@
+"""What one run works with, and the few operations that write: append a history entry, make a
+commit on the cleaned branch, record a stuck commit. The steps (`extract`, `fixloop`,
+`remainder`, `squash`) are functions over this context; `engine` drives them.
+
+Order of writes for a commit: objects first, then the `commit_created` entry, then the branch
+moves by compare-and-swap. A run killed between the last two is recovered on resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from retcon_sandbox.errors import RetconError
+from retcon_sandbox.gitrepo import Repo, TreeEntry
+from retcon_sandbox.history import (
+    Budgets,
+    CommitCreated,
+    Entry,
+    Extract,
+    Stuck,
+    Verify,
+    next_step,
+)
+from retcon_sandbox.report import Reporter
+from retcon_sandbox.sandbox_api import Backend, Sandbox
+from retcon_sandbox.settings import SandboxSettings
+from retcon_sandbox.spec import CommitSpec, Spec, SpecFile
+from retcon_sandbox.verification import Verifier
+from retcon_sandbox.workspace import WorkState
+
+if TYPE_CHECKING:  # openai loads only when a model is named (commands/setup.make_agent)
+    from retcon_sandbox.agent import Agent
+
+AskNote = Callable[[CommitSpec, str], str | None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    squash_wip: bool = False
+    budgets: Budgets = field(default_factory=Budgets)
+    strict_provenance: bool = False
+    jobs: int = 1
+
+
+@dataclass
+class Run:
+    specfile: SpecFile
+    spec: Spec
+    repo: Repo
+    backend: Backend
+    verifier: Verifier
+    agent: Agent | None
+    report: Reporter
+    options: RunOptions
+    settings: SandboxSettings
+    ask: AskNote | None = None
+    source: str = ""
+    base: str = ""
+    tokens: dict[str, int] = field(default_factory=dict)
+    _source_entries: dict[str, TreeEntry] | None = None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def tip(self) -> str:
+        tip = self.repo.branch_sha(self.spec.cleaned)
+        if tip is None:
+            raise RetconError(f"the cleaned branch {self.spec.cleaned!r} disappeared during the "
+                              "run", "Rerun: it is recreated and the run resumes from the spec.")
+        return tip
+
+    def commit_spec(self, number: int) -> CommitSpec:
+        return self.spec.commits[number - 1]
+
+    def source_entries(self) -> dict[str, TreeEntry]:
+        if self._source_entries is None:
+            self._source_entries = self.repo.ls_tree(self.repo.tree_of(self.source))
+        return self._source_entries
+
+    @contextlib.contextmanager
+    def sandbox(self, label: str, number: int | None = None) -> Iterator[WorkState]:
+        """A working state on the cleaned branch's tip (for commit `number`, if it is one
+        commit's); its sandbox opens on first use and is removed when the block exits."""
+        with contextlib.ExitStack() as stack:
+            def open_box(tree: str) -> Sandbox:
+                started = time.monotonic()
+                box = stack.enter_context(self.backend.open(label))
+                files = box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+                where = {} if number is None else {"number": number}
+                self.report.emit("sandbox", **where, files=files,
+                                 seconds=time.monotonic() - started)
+                return box
+
+            yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, commit: CommitSpec, entry: Entry) -> CommitSpec:
+        self.spec, updated = self.specfile.append(commit, entry)
+        return updated
+
+    def make_commit(self, commit: CommitSpec, state: WorkState, message: str
+                    ) -> tuple[CommitSpec, str]:
+        """The working state as a commit on the cleaned branch, recorded in the history; the
+        updated commit and the new commit's sha."""
+        tip = self.tip()
+        tree = state.tree()
+        sha = self.repo.commit_tree(tree, tip, message)
+        commit = self.append(commit, CommitCreated(sha))
+        self.repo.update_branch(self.spec.cleaned, sha, tip, f"commit #{commit.number}")
+        state.committed(tree)
+        return commit, sha
+
+    def stuck(self, commit: CommitSpec, summary: str) -> CommitSpec:
+        commit = self.append(commit, Stuck(summary))
+        step = next_step(list(commit.history))
+        if isinstance(step, Extract | Verify) and step.note:
+            self.report.emit("auto_response", number=commit.number, text=step.note)
+        else:
+            self.report.emit("stuck", number=commit.number, summary=summary)
+        return commit
+
+    def add_tokens(self, key: str, total: int) -> None:
+        self.tokens[key] = self.tokens.get(key, 0) + total

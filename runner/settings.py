@@ -1,0 +1,179 @@
+"""The `[sandbox]` settings, each defined once: its key, how its value is parsed and checked,
+its default, and what it means. The spec validates against this table, the backends read the
+resulting `SandboxSettings`, and the README's table is checked against it by a test.
+
+Parsing is strict: sizes need a unit, every limit has a floor and a ceiling, zero and negative
+values are refused (no setting can switch a limit off), and values reach Docker as numbers, never
+as text spliced into options.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+KIB, MIB, GIB = 1024, 1024**2, 1024**3
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(k|m|g)(?:i?b)?", re.IGNORECASE)
+_UNITS = {"k": KIB, "m": MIB, "g": GIB}
+
+
+class SettingError(ValueError):
+    """A value a setting refuses; the message says what is expected."""
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("g", GIB), ("m", MIB), ("k", KIB)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n / MIB:.1f}m"
+
+
+def size(floor: int, ceiling: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        match = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+        if not match:
+            raise SettingError(f"expected a size with a unit, like \"512m\" or \"2g\" (from "
+                               f"{human_bytes(floor)} to {human_bytes(ceiling)})")
+        n = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        if not floor <= n <= ceiling:
+            raise SettingError(f"must be from {human_bytes(floor)} to {human_bytes(ceiling)}")
+        return n
+    return parse
+
+
+def number(floor: float, ceiling: float, integer: bool = False) -> Callable[[object], float]:
+    def parse(value: object) -> float:
+        ok = isinstance(value, int) if integer else isinstance(value, int | float)
+        if not ok or isinstance(value, bool) or not math.isfinite(float(value)):  # type: ignore[arg-type]
+            raise SettingError(f"expected {'a whole number' if integer else 'a number'} from "
+                               f"{floor:g} to {ceiling:g}")
+        if not floor <= float(value) <= ceiling:  # type: ignore[arg-type]
+            raise SettingError(f"must be from {floor:g} to {ceiling:g}")
+        return value  # type: ignore[return-value]
+    return parse
+
+
+def text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SettingError("expected a non-empty string")
+    if "\0" in value:
+        raise SettingError("contains a NUL byte")
+    return value
+
+
+def commands(value: object) -> tuple[str, ...]:
+    """One command, or a list of commands run in order."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise SettingError("expected a command (a string) or a non-empty list of commands")
+    return tuple(text(item) for item in items)
+
+
+def patterns(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise SettingError("expected a list of path patterns (strings)")
+    return tuple(str(v) for v in value)
+
+
+def boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise SettingError("expected true or false")
+    return value
+
+
+def choice(*allowed: str) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if value not in allowed:
+            raise SettingError("expected " + " or ".join(f'"{a}"' for a in allowed))
+        return str(value)
+    return parse
+
+
+def refused(why: str) -> Callable[[object], Any]:
+    def parse(value: object) -> Any:
+        raise SettingError(why)
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    parse: Callable[[object], Any]
+    default: Any
+    meaning: str
+    shown: str = ""  # the default as the README shows it
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("image", text, None, "the sandbox image (ours by default; never pulled unless "
+            "--allow-pull)", "retcon-sandbox/base"),
+    Setting("build", text, None, "the build command, run by /bin/sh in /workspace", "none"),
+    Setting("test", text, None, "the test command", "none"),
+    Setting("setup", commands, (), "commands that prepare the environment (the only step with "
+            "network: package registries only)", "none"),
+    Setting("setup_inputs", patterns, None, "files whose content keys the prepared environment",
+            "the usual manifests and lock files"),
+    Setting("timeout", number(1, 86_400), 600, "seconds per build, test or setup command",
+            "600"),
+    Setting("memory", size(64 * MIB, 256 * GIB), 2 * GIB, "memory limit (no swap beyond it)",
+            "2g"),
+    Setting("cpus", number(0.1, 1024), 2.0, "CPU limit", "2"),
+    Setting("pids", number(32, 1_000_000, integer=True), 512, "process limit", "512"),
+    Setting("workspace_size", size(16 * MIB, 256 * GIB), 2 * GIB,
+            "size of the /workspace tmpfs", "2g"),
+    Setting("tmp_size", size(16 * MIB, 256 * GIB), 512 * MIB, "size of the /tmp tmpfs", "512m"),
+    Setting("max_file_size", size(1 * KIB, 4 * GIB), 100 * MIB,
+            "largest file the host reads from the repository or a sandbox", "100m"),
+    Setting("git_metadata", boolean, True, "make /workspace a git repository of one commit, so "
+            "setuptools-scm and hatch-vcs find a version", "true"),
+    Setting("network", choice("none"), "none", "sandboxes are offline; setup's network is "
+            "chosen with --setup-network", '"none"'),
+    Setting("env", refused("host variables are chosen on the command line only: give "
+                           "--pass-env NAME to `execute`"), (), "not a spec setting: see "
+            "--pass-env", "-"),
+)
+BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    image: str | None
+    build: str | None
+    test: str | None
+    setup: tuple[str, ...]
+    setup_inputs: tuple[str, ...] | None
+    timeout: float
+    memory: int
+    cpus: float
+    pids: int
+    workspace_size: int
+    tmp_size: int
+    max_file_size: int
+    git_metadata: bool
+    network: str
+    env: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, values: dict[str, object]) -> SandboxSettings:
+        """From a `[sandbox]` table whose keys are known; raises SettingError(key, message)."""
+        parsed = {s.key: s.default for s in SETTINGS}
+        for key, value in values.items():
+            try:
+                parsed[key] = BY_KEY[key].parse(value)
+            except SettingError as exc:
+                raise SettingError(key, str(exc)) from None
+        return cls(**parsed)
+
+    def replace(self, **overrides: object) -> SandboxSettings:
+        """Overrides from the command line, checked like the spec's values."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key, value in overrides.items():
+            if value is not None:
+                values[key] = BY_KEY[key].parse(value)
+        return SandboxSettings(**values)
+
+
+DEFAULTS = SandboxSettings.parse({})

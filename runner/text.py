@@ -1,0 +1,36 @@
+"""The one sanitiser for human-facing text that may come from an untrusted source: test output,
+model summaries, file names, commit subjects, anything read from the spec or the repository.
+
+It escapes, visibly, every C0 and C1 control character except newline and tab (so no escape
+sequence, OSC 52 clipboard write, title change or carriage-return overwrite reaches the
+terminal), DEL, bidirectional controls and zero-width characters, and bytes that are not UTF-8.
+`--json` output is not passed through it: JSON escapes what it must and stays exact.
+"""
+
+from __future__ import annotations
+
+import re
+
+_INVISIBLE = (
+    "\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+)
+_UNSAFE = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE}\\udc80-\\udcff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return {"\r": "\\r", "\x1b": "\\e"}.get(char, f"\\x{code:02x}")
+    return f"\\u{code:04x}"
+
+
+def sanitize(text: str) -> str:
+    return _UNSAFE.sub(_escape, text)
+
+
+def indent(text: str, prefix: str) -> str:
+    """Every line of `text` after the first, prefixed (for multi-line values in a listing)."""
+    return text.replace("\n", "\n" + prefix)

@@ -1,0 +1,97 @@
+"""`retcon-sandbox clean` on a real engine: a run in progress keeps its container, a dead run's is
+removed, `--all` removes both. Every `clean` here names the specs of this test, so sessions that
+share the engine never lose theirs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from retcon_sandbox import demo_project
+from retcon_sandbox.docker_backend import DockerEngine
+from tests.conftest import CLI, NEUTRAL, Demo, cli, make_demo
+from tests.docker.conftest import ours
+
+SLOW = demo_project.spec_text(True).replace('test = "python3 -m pytest -q -p no:cacheprovider"',
+                                            'test = "sleep 300"')
+
+
+def start(demo: Demo) -> subprocess.Popen[str]:
+    return subprocess.Popen([*CLI, "execute", str(demo.spec), "--non-interactive"], cwd=NEUTRAL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def containers_of(engine: DockerEngine, directory: Path, proc: subprocess.Popen[str]) -> list[str]:
+    deadline = time.monotonic() + 120
+    while not ours(engine, directory) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    found = ours(engine, directory)
+    assert len(found) == 1
+    return found
+
+
+def dead_pid() -> str:
+    """A process that has exited: its pid is what a killed run leaves on its containers."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return str(proc.pid)
+
+
+def test_clean_keeps_a_live_run_and_removes_a_dead_one(engine: DockerEngine,
+                                                       tmp_path: Path) -> None:
+    live = make_demo(tmp_path / "live", with_paths=True, spec_text=SLOW)
+    dead = make_demo(tmp_path / "dead", with_paths=True, spec_text=SLOW)
+    running = start(live)
+    killed = start(dead)
+    try:
+        live_box = containers_of(engine, tmp_path / "live", running)
+        dead_box = containers_of(engine, tmp_path / "dead", killed)
+        os.killpg(killed.pid, signal.SIGKILL)  # kill -9: nothing cleans up
+        killed.wait()
+        assert ours(engine, tmp_path / "dead") == dead_box
+
+        result = cli("clean", str(live.spec), str(dead.spec))
+        assert result.code == 0, result.out + result.err
+        assert "Removed 1 sandbox container(s)." in result.out
+        assert "Kept 1 of runs still in progress" in result.out and "--all" in result.out
+        assert ours(engine, tmp_path / "dead") == []
+        assert ours(engine, tmp_path / "live") == live_box
+        assert running.poll() is None  # the live run goes on
+
+        result = cli("clean", "--all", str(live.spec), str(dead.spec))
+        assert result.code == 0 and "Removed 1 sandbox container(s)." in result.out
+        assert ours(engine, tmp_path) == []
+    finally:
+        for proc in (running, killed):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.communicate(timeout=120)
+
+
+def test_clean_all_removes_live_and_dead_runs(engine: DockerEngine, tmp_path: Path) -> None:
+    live = make_demo(tmp_path / "live", with_paths=True, spec_text=SLOW)
+    dead = make_demo(tmp_path / "dead", with_paths=True, spec_text=SLOW)
+    running = start(live)
+    try:
+        box = engine.client.containers.get(containers_of(engine, tmp_path / "live", running)[0])
+        labels = {**box.labels, "retcon-sandbox.spec": str(dead.spec),
+                  "retcon-sandbox.pid": dead_pid()}  # what a killed run leaves behind
+        engine.client.containers.create(str(box.attrs["Image"]), ["sleep", "infinity"],
+                                        labels=labels)
+        assert len(ours(engine, tmp_path)) == 2
+        result = cli("clean", "--all", str(live.spec), str(dead.spec))
+        assert result.code == 0 and "Removed 2 sandbox container(s)." in result.out
+        assert ours(engine, tmp_path) == []
+        _, err = running.communicate(timeout=120)  # its sandbox is gone: the run fails
+        assert running.returncode == 1 and "✗ error: the sandbox" in err, err
+        assert "Traceback" not in err
+    finally:
+        if running.poll() is None:
+            os.killpg(running.pid, signal.SIGTERM)
+            running.communicate(timeout=120)

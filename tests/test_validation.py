@@ -1,0 +1,219 @@
+"""Validate before writing: every bad spec, branch, repository or option stops the run with a
+message and an exit code before the cleaned branch is created or any entry appended (the spec
+stays byte for byte what it was)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Demo, Result, cli, git, make_demo
+
+LOCAL = ("--sandbox", "local", "--non-interactive")
+
+
+def refused(demo: Demo, *args: str, code: int = 1, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> Result:
+    """Run execute; it must fail with `code`, without a traceback, having written nothing."""
+    before = demo.spec.read_bytes()
+    branches = git(demo.path, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads")
+    result = cli("execute", str(demo.spec), *LOCAL, *args, env=env, cwd=cwd)
+    assert result.code == code, result.out + result.err
+    assert "Traceback" not in result.err + result.out
+    assert demo.spec.read_bytes() == before
+    assert git(demo.path, "for-each-ref", "--format=%(refname) %(objectname)",
+               "refs/heads") == branches
+    return result
+
+
+def edited(demo: Demo, old: str, new: str) -> Demo:
+    text = demo.spec.read_text()
+    assert old in text, old
+    demo.spec.write_text(text.replace(old, new, 1))
+    return demo
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('paths = ["shop/discounts.py"]', 'pahts = ["shop/discounts.py"]',
+     "[[commit]] #2 → pahts: unknown key; did you mean `paths`?"),
+    ('hints = "tests/test_discounts.py in its final form."',
+     'hint = "tests/test_discounts.py in its final form."',
+     "[[commit]] #3 → hint: unknown key; did you mean `hints`?"),
+    ('cleaned = "feature-clean"', 'cleaned = "feature-clean"\nclaened = "x"',
+     "claened: unknown key; did you mean `cleaned`?"),
+    ("[sandbox]", "[sanbox]", "sanbox: unknown key; did you mean `sandbox`?"),
+    ('build = "python3', 'biuld = "python3', "[sandbox] → biuld: unknown key; did you mean "
+     "`build`?"),
+    ('paths = ["shop/discounts.py"]',
+     'paths = ["shop/discounts.py"]\nhistory = [{ resovled = "x" }]',
+     "[[commit]] #2 → history[0]: unknown entry `resovled`; did you mean `resolved`?"),
+])
+def test_unknown_keys_anywhere_are_refused_with_a_suggestion(demo: Demo, old: str, new: str,
+                                                             message: str) -> None:
+    result = refused(edited(demo, old, new))
+    assert f"history-spec.toml: {message}" in result.err
+
+
+# --- branches -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["bad..name", "-dash", "ends.lock", "with space", "a:b", "x/"])
+def test_a_cleaned_name_git_would_refuse_is_refused(demo: Demo, name: str) -> None:
+    result = refused(edited(demo, 'cleaned = "feature-clean"', f'cleaned = "{name}"'))
+    assert "is not a valid branch name" in result.err and "check-ref-format" in result.err
+
+
+@pytest.mark.parametrize(("old", "new", "same_as"), [
+    ('cleaned = "feature-clean"', 'cleaned = "main"', "remote"),
+    ('cleaned = "feature-clean"', 'cleaned = "feature"', "source"),
+    ('remote = "main"', 'remote = "refs/heads/main"\ncleaned = "main"', "remote"),
+    ('source = "feature"', 'source = "heads/feature"\ncleaned = "feature"', "source"),
+])
+def test_cleaned_may_not_be_source_or_remote_however_spelled(demo: Demo, old: str, new: str,
+                                                             same_as: str) -> None:
+    if "cleaned" in new and "cleaned" not in old:
+        edited(demo, 'cleaned = "feature-clean"', "")
+    result = refused(edited(demo, old, new))
+    assert f"`{same_as}`" in result.err and "cleaned" in result.err
+
+
+def test_cleaned_given_as_a_ref_is_refused(demo: Demo) -> None:
+    result = refused(edited(demo, 'cleaned = "feature-clean"',
+                            'cleaned = "refs/heads/feature-clean"'))
+    assert "give the branch's name" in result.err and "'feature-clean'" in result.err
+
+
+def test_a_cleaned_branch_checked_out_in_a_linked_worktree_is_refused(demo: Demo,
+                                                                      tmp_path: Path) -> None:
+    demo.git("branch", "feature-clean", "main")
+    demo.git("worktree", "add", "-q", str(tmp_path / "linked"), "feature-clean")
+    result = refused(demo)
+    assert "is checked out in" in result.err and str(tmp_path / "linked") in result.err
+
+
+def test_source_equal_to_remote_is_nothing_to_reconstruct(demo: Demo) -> None:
+    demo.git("branch", "same", "main")
+    result = refused(edited(demo, 'source = "feature"', 'source = "same"'))
+    assert "nothing to reconstruct" in result.err
+
+
+def test_a_source_that_changes_nothing_is_nothing_to_reconstruct(demo: Demo) -> None:
+    tree = demo.git("rev-parse", "main^{tree}")
+    empty = demo.git("commit-tree", tree, "-p", "main", "-m", "changes nothing")
+    demo.git("branch", "empty", empty)
+    result = refused(edited(demo, 'source = "feature"', 'source = "empty"'))
+    assert "nothing to reconstruct" in result.err and "changes nothing" in result.err
+
+
+def test_a_shallow_clone_suggests_unshallow(demo: Demo, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "--no-single-branch",
+                    f"file://{demo.path}", str(clone)], check=True)
+    spec = clone.parent / "clone-spec.toml"
+    spec.write_text(demo.spec.read_text().replace('source = "feature"', 'source = "origin/feature"'
+                                                  ).replace('remote = "main"',
+                                                            'remote = "origin/main"'))
+    shallow = Demo(clone, spec)
+    result = refused(shallow, "--repo", str(clone))
+    assert "shallow clone" in result.err and "git fetch --unshallow" in result.err
+
+
+# --- spec content ---------------------------------------------------------------------------
+
+
+def test_empty_paths_are_refused(demo: Demo) -> None:
+    result = refused(edited(demo, 'paths = ["shop/discounts.py"]', "paths = []"))
+    assert "[[commit]] #2 → paths: is empty" in result.err
+
+
+@pytest.mark.parametrize(("history", "message"), [
+    ('["started", { resolved = "did it" }]',
+     "[[commit]] #1 → history[1]: `resolved` with no `stuck` before it to resolve"),
+    ('["started", "complete"]', "[[commit]] #1 → history[1]: `complete` before any "
+     "`commit_created`"),
+])
+def test_impossible_history_sequences_are_refused(demo: Demo, history: str,
+                                                  message: str) -> None:
+    result = refused(edited(demo, '"shop/legacy_checks.py"]',
+                            f'"shop/legacy_checks.py"]\nhistory = {history}'))
+    assert f"history-spec.toml: {message}" in result.err
+
+
+def test_a_recorded_commit_that_does_not_exist_is_refused(demo: Demo) -> None:
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    result = refused(edited(demo, '"shop/legacy_checks.py"]',
+                            f'"shop/legacy_checks.py"]\nhistory = ["started", '
+                            f'{{ commit_created = "{missing}" }}]'))
+    assert "commit_created 0123456789ab does not exist in this repository" in result.err
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("timeout = 0", "[sandbox] → timeout: must be from 1 to 86400"),
+    ("timeout = -5", "[sandbox] → timeout: must be from 1 to 86400"),
+    ("timeout = nan", "[sandbox] → timeout: expected a number"),
+    ("cpus = 0", "[sandbox] → cpus: must be from 0.1 to 1024"),
+    ("pids = 0", "[sandbox] → pids: must be from 32 to"),
+    ('memory = "0m"', "[sandbox] → memory: must be from 64m to"),
+    ('workspace_size = "-1g"', "[sandbox] → workspace_size: expected a size with a unit"),
+])
+def test_numeric_settings_must_be_greater_than_zero(demo: Demo, setting: str,
+                                                    message: str) -> None:
+    result = refused(edited(demo, "[sandbox]\n", f"[sandbox]\n{setting}\n"))
+    assert f"history-spec.toml: {message}" in result.err
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan"), ("--timeout", "inf"),
+    ("--timeout", "soon"), ("--model-timeout", "0"), ("--model-timeout", "nan"),
+])
+def test_numeric_options_must_be_greater_than_zero(demo: Demo, option: str, value: str) -> None:
+    result = refused(demo, option, value, code=2)
+    assert f"argument {option}: expected a" in result.err and "-h" in result.err
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("RETCON_SANDBOX_MODEL_TIMEOUT", "0"), ("RETCON_SANDBOX_MODEL_TIMEOUT", "nan"),
+    ("RETCON_SANDBOX_MODEL_ATTEMPTS", "0"), ("RETCON_SANDBOX_MODEL_ATTEMPTS", "2.5"),
+    ("RETCON_SANDBOX_MODEL_MAX_WAIT", "-1"),
+])
+def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name: str,
+                                                                value: str) -> None:
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: value}
+    result = refused(demo, env=env)
+    assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["build", "test"])
+def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which: str) -> None:
+    result = cli("execute", str(demo.spec), *LOCAL, f"--{which}", "no-such-tool-xyz --flag")
+    assert result.code == 1, result.out + result.err
+    assert f"the {which} command cannot run in the sandbox (exit 127): no-such-tool-xyz --flag" \
+        in result.err
+    assert f"Check --{which}" in result.err and "Traceback" not in result.err
+    assert "stuck" not in demo.spec.read_text()  # not the code's fault: nothing for the model
+    again = cli("execute", str(demo.spec), *LOCAL)  # fixed: the run goes on from the spec
+    assert again.code == 0, again.out + again.err
+    assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+
+
+def test_a_command_that_is_not_executable_is_a_configuration_error(demo: Demo) -> None:
+    result = cli("execute", str(demo.spec), *LOCAL, "--build", "./README.md")
+    assert result.code == 1, result.out + result.err
+    assert "the build command cannot run in the sandbox (exit 126): ./README.md\n" in result.err
+    assert "Permission denied" in result.err
+    assert "stuck" not in demo.spec.read_text()
+
+
+def test_nothing_is_created_for_a_fresh_spec_with_an_error_in_a_later_commit(
+        tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=True)
+    result = refused(edited(demo, 'paths = ["README.md", "docs"]', 'paths = ["README.md", 7]'))
+    assert "[[commit]] #4 → paths[1]: expected a path or pattern" in result.err
