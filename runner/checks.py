@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retcon_sandbox.errors import GitError, SpecError
-from retcon_sandbox.gitrepo import Repo
+from retcon_sandbox.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.history import Extract, Fresh, commits_created, next_step
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.spec import Spec
@@ -60,6 +60,13 @@ def recorded_commits(repo: Repo, spec: Spec) -> None:
                                 f"commit_created {sha[:12]} does not exist in this repository",
                                 "Was the spec written for another clone? Remove the entries of "
                                 "commits that do not exist, then rerun.")
+
+
+def source_names(repo: Repo, revs: Revisions) -> None:
+    """No path to reconstruct is one git treats as `.git` (it would never be committed, so the
+    final tree could not equal the source's): refused by name before anything is written."""
+    for path in repo.changed_paths(revs.base, revs.source):
+        refuse_dotgit(path)
 
 
 def path_patterns(repo: Repo, spec: Spec, tip: str, source: str) -> None:

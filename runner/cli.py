@@ -84,6 +84,12 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=("docker", "local"), default="docker",
                         help="where untrusted steps run; `local` isolates nothing (for tests "
                         "only)")
+    parser.add_argument("--pass-env", action="append", metavar="NAME",
+                        help="pass this host variable into every sandbox (repeatable; refused "
+                        "when it looks like a credential). The spec cannot do this")
+    parser.add_argument("--allow-pull", action="store_true",
+                        help="let the engine pull an image that is not present and not ours "
+                        "(never done otherwise)")
 
 
 def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
@@ -114,6 +120,9 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
                        help="fold fix commits into their logical commit at the end (each "
                        "squashed tree is verified first)")
         _cache_options(p, "the squash check")
+        p.add_argument("--strict-provenance", action="store_true",
+                       help="stop (stuck) at a commit that gives a path content found in neither "
+                       "the base nor the source, until a human resolves it")
         p.add_argument("--non-interactive", action="store_true",
                        help="never ask for a resolution note; stop with exit 3")
         p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")

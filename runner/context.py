@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from retcon_sandbox import provenance
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.gitrepo import Repo, TreeEntry
 from retcon_sandbox.history import (
@@ -23,8 +24,10 @@ from retcon_sandbox.history import (
     Extract,
     Stuck,
     Verify,
+    commits_created,
     next_step,
 )
+from retcon_sandbox.provenance import Provenance
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.sandbox_api import Backend, Sandbox
 from retcon_sandbox.settings import SandboxSettings
@@ -62,6 +65,7 @@ class Run:
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
     _source_entries: dict[str, TreeEntry] | None = None
+    _base_entries: dict[str, TreeEntry] | None = None
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -79,6 +83,14 @@ class Run:
         if self._source_entries is None:
             self._source_entries = self.repo.ls_tree(self.repo.tree_of(self.source))
         return self._source_entries
+
+    def provenance(self, commit: CommitSpec) -> Provenance:
+        """The paths this logical commit's commits gave content found in neither the base nor
+        the source (see `provenance`)."""
+        if self._base_entries is None:
+            self._base_entries = self.repo.ls_tree(self.repo.tree_of(self.base))
+        made = [sha for sha in commits_created(commit.history) if self.repo.exists(sha)]
+        return provenance.of_commits(self.repo, made, self._base_entries, self.source_entries())
 
     @contextlib.contextmanager
     def sandbox(self, label: str, number: int | None = None) -> Iterator[WorkState]:

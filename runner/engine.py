@@ -61,8 +61,11 @@ def finish(ctx: Run) -> Result:
     nothing = [{"number": c.number, "subject": c.subject, "reason": step.nothing}
                for c in ctx.spec.commits
                if isinstance(step := next_step(c.history), Done) and step.nothing is not None]
+    origins = [{"number": c.number, "subject": c.subject, "novel": list(found.novel),
+                "foreign": list(found.foreign)}
+               for c in ctx.spec.commits if (found := ctx.provenance(c))]
     ctx.report.emit(
-        "summary", complete=True, logical=len(ctx.spec.commits) - len(nothing),
+        "summary", complete=True, provenance=origins, logical=len(ctx.spec.commits) - len(nothing),
         fixes=sum(fixes_of(ctx, c) for c in ctx.spec.commits),
         squashed=ctx.options.squash_wip, branch=ctx.spec.cleaned, base=base, tip=tip,
         commits=len(ctx.repo.log(base, tip)), nothing=nothing, tokens=ctx.tokens)

@@ -20,6 +20,8 @@ from gitdb.base import IStream  # type: ignore[import-untyped]
 
 from retcon_sandbox.archive import TarStream, of_bytes
 from retcon_sandbox.errors import GitError
+from retcon_sandbox.paths import dotgit_component
+from retcon_sandbox.text import sanitize_name
 
 ZERO = "0" * 40
 FALLBACK_IDENTITY = {
@@ -28,7 +30,12 @@ FALLBACK_IDENTITY = {
     "GIT_COMMITTER_NAME": "retcon-sandbox",
     "GIT_COMMITTER_EMAIL": "retcon-sandbox@localhost",
 }
-# Never let repository content steer the host's git: no external diff or textconv drivers.
+# Never let repository content steer the host's git: every call runs no hook, no fsmonitor and
+# no signing program, whatever the repository's config says (a fork's `.git` is untrusted too)...
+NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+               "-c", "commit.gpgSign=false", "-c", "tag.gpgSign=false",
+               "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false")
+# ...and no external diff or textconv drivers.
 SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
 
 
@@ -72,7 +79,7 @@ class Repo:
 
     def _git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
              strip: bool = True) -> str:
-        command = ["git", *args]
+        command = ["git", *NO_PROGRAMS, *args]
         full_env = {**os.environ, **(env or {})}
         try:
             if stdin is None:
@@ -229,21 +236,48 @@ class Repo:
         return str(stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha)
 
     def make_tree(self, base_tree: str, changes: list[FileChange]) -> str:
-        """Base tree plus changes, through a temporary index; the user's index is never used."""
+        """Base tree plus changes, through a temporary index; the user's index is never used.
+        Records are NUL-separated, so a name holding a newline is one name, never a second
+        entry; the tree written is then checked against the changes asked for."""
         if not changes:
             return base_tree
-        lines = []
         for change in changes:
-            if change.entry is None:
-                lines.append(f"0 {ZERO}\t{change.path}")
-            else:
-                lines.append(f"{change.entry.mode} {change.entry.sha}\t{change.path}")
+            refuse_dotgit(change.path)
+        records = [_index_record(c.path, c.entry) for c in changes]
         with tempfile.TemporaryDirectory(prefix="retcon-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             self._git("read-tree", base_tree, env=env)
-            self._git("update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode(),
-                      env=env)
-            return self._git("write-tree", env=env)
+            self._git("update-index", "-z", "--index-info", stdin=b"".join(records), env=env)
+            tree = self._git("write-tree", env=env)
+        self._check_tree(base_tree, tree, changes)
+        return tree
+
+    def tree_changes(self, old: str, new: str) -> list[tuple[str, TreeEntry | None]]:
+        """Each path that differs between two trees (or commits), with its entry in `new`
+        (None: deleted there)."""
+        out = self._git("diff-tree", "-r", "-z", "--no-renames", old, new, strip=False)
+        fields = out.split("\0")
+        changes: list[tuple[str, TreeEntry | None]] = []
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            parts = meta.lstrip(":").split()
+            if len(parts) == 5:
+                changes.append((path, None if parts[4] == "D" else TreeEntry(parts[1], parts[3])))
+        return changes
+
+    def _check_tree(self, base_tree: str, tree: str, changes: list[FileChange]) -> None:
+        """The tree differs from its base by exactly the changes asked for."""
+        wanted = {c.path: c.entry for c in changes}
+        got = dict(self.tree_changes(base_tree, tree))
+        unchanged = [p for p in wanted if p not in got]
+        base = self.ls_tree(base_tree) if unchanged else {}
+        expected = {p: e for p, e in wanted.items() if p in got or base.get(p) != e}
+        if got != expected:
+            odd = sorted(set(got) ^ set(expected)) or sorted(
+                p for p in got if got[p] != expected.get(p))
+            raise GitError("the tree git wrote is not the one asked for (paths: "
+                           + ", ".join(repr(p) for p in odd[:5]) + ")",
+                           "Nothing was committed. Report this: a name may be one git "
+                           "rewrites.")
 
     def commit_tree(self, tree: str, parent: str, message: str) -> str:
         return self._git("commit-tree", tree, "-p", parent, "-F", "-",
@@ -361,15 +395,14 @@ class Repo:
         (None: the ref must not exist yet), built on a temporary index and moved by
         compare-and-swap. The new notes commit, or None when the ref is no longer at `old`."""
         # the note may sit at a fan-out path: remove every form, then write it flat
-        lines = [f"0 {ZERO}\t" + "/".join([obj[2 * i : 2 * i + 2] for i in range(n)]
-                                          + [obj[2 * n :]]) for n in range(4)]
-        lines.append(f"100644 {blob}\t{obj}")
+        records = [_index_record("/".join([obj[2 * i : 2 * i + 2] for i in range(n)]
+                                          + [obj[2 * n :]]), None) for n in range(4)]
+        records.append(_index_record(obj, TreeEntry("100644", blob)))
         with tempfile.TemporaryDirectory(prefix="retcon-index-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             if old:
                 self._git("read-tree", old, env=env)
-            self._git("update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode(),
-                      env=env)
+            self._git("update-index", "-z", "--index-info", stdin=b"".join(records), env=env)
             tree = self._git("write-tree", env=env)
         args = ["commit-tree", tree, "-F", "-"] + (["-p", old] if old else [])
         new = self._git(*args, stdin=(message + "\n").encode(), env=self._identity())
@@ -389,3 +422,18 @@ class Repo:
         out = self._git("log", "--reverse", *limit, "--format=%H %T %s", "--end-of-options",
                         *revs)
         return [(line[:40], line[41:81], line[82:]) for line in out.split("\n") if line]
+
+
+def _index_record(path: str, entry: TreeEntry | None) -> bytes:
+    """One `update-index -z --index-info` record; the name's bytes exactly as git gave them."""
+    mode, sha = (entry.mode, entry.sha) if entry else ("0", ZERO)
+    return f"{mode} {sha}\t".encode() + os.fsencode(path) + b"\0"
+
+
+def refuse_dotgit(path: str) -> None:
+    """A name that git treats as `.git` on some filesystem is never committed: say so."""
+    if any(dotgit_component(part) for part in path.split("/")):
+        raise GitError(f"{sanitize_name(path)!s} is a name git treats as .git on some "
+                       "filesystem (case, ignorable characters, `git~1`, trailing dots or "
+                       "spaces); retcon-sandbox never commits it",
+                       "Remove or rename it on the source branch, then rerun.")

@@ -8,13 +8,14 @@ everything interpolated into them (test output, file names, subjects, summaries)
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from retcon_sandbox.text import sanitize
+from retcon_sandbox.text import sanitize, sanitize_name
 
 
 class Reporter(Protocol):
@@ -23,6 +24,7 @@ class Reporter(Protocol):
     def emit(self, event: str, **data: Any) -> None: ...
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 RUN_ID = uuid.uuid4().hex[:12]  # one per process: the run's events and its final `error` share it
 
 
@@ -33,7 +35,10 @@ class JsonReporter:
 
     def emit(self, event: str, **data: Any) -> None:
         record = {"event": event, "time": round(time.time(), 3), "run": self.run_id, **data}
-        self.out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        line = json.dumps(record, ensure_ascii=False, default=str)
+        if _SURROGATE.search(line):  # a name that is not UTF-8: escaped, so the line stays UTF-8
+            line = json.dumps(record, default=str)
+        self.out.write(line + "\n")
         self.out.flush()
 
 
@@ -55,6 +60,11 @@ def _verdict(d: dict[str, Any]) -> str:
     if verdict.endswith(")"):
         return f"{verdict[:-1]}, {seconds:.1f} s)"
     return f"{verdict} ({seconds:.1f} s)"
+
+
+def _names(paths: list[str], sep: str = ", ") -> str:
+    """File names, one escaped line each: a newline in a name cannot fake another line."""
+    return sep.join(sanitize_name(p) for p in paths)
 
 
 def _fixes(n: int) -> str:
@@ -84,7 +94,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "sandbox": lambda d: f"  Sandbox ready ({d['files']} files, {d['seconds']:.1f}s)",
     "diff": lambda d: f"  Computing diff ({d['lines']} lines)...",
     "extracting": lambda d: "  Extracting relevant changes...",
-    "taking_paths": lambda d: "  Taking paths from source: " + ", ".join(d["paths"]),
+    "taking_paths": lambda d: "  Taking paths from source: " + _names(d["paths"]),
     "nothing_to_extract": lambda d: (f"  ⚠ Nothing to extract: {d['reason']}\n"
                                      "    No commit made; the run goes on."),
     "creating_commit": lambda d: f"  Creating commit... {_short(d['sha'])}",
@@ -104,12 +114,12 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                             "from source"),
     "assigning": lambda d: "  Assigning them to commits...",
     "remainder_commit": lambda d: (f"\nRemaining changes for commit {d['number']}: "
-                                   f"{d['subject']}\n  " + ", ".join(d["paths"])),
+                                   f"{d['subject']}\n  " + _names(d["paths"])),
     "leftover_commit": lambda d: ("\nUnclaimed changes, in a catch-all commit on top:\n  "
-                                  + ", ".join(d["paths"])),
+                                  + _names(d["paths"])),
     "leftover": lambda d: ("\n  ⚠⚠ WARNING: the spec's commits did not cover everything. "
                            f"{len(d['paths'])} path(s) went into a final catch-all commit "
-                           f"{_short(d['sha'])}:\n" + _indent("\n".join(d["paths"]))
+                           f"{_short(d['sha'])}:\n" + _indent(_names(d["paths"], "\n"))
                            + "\n    Add them to a [[commit]] (paths or hints) for a clean story."),
     "squash_verify": lambda d: (f"\nVerifying {d['trees']} squashed tree(s) never built as "
                                 f"such ({d['jobs']} at a time)..."),
@@ -135,6 +145,14 @@ def _summary(d: dict[str, Any]) -> str:
     for item in d.get("nothing") or ():
         lines.append(f"  Nothing to extract for #{item['number']} {item['subject']}: "
                      + _indent(item["reason"], "    ").lstrip())
+    for item in d.get("provenance") or ():
+        foreign = set(item["foreign"])
+        shown = [("⚠ " if p in foreign else "") + sanitize_name(p) for p in item["novel"][:8]]
+        more = f", … ({len(item['novel']) - 8} more)" if len(item["novel"]) > 8 else ""
+        lines.append(f"  Content in neither base nor source, #{item['number']} "
+                     f"{item['subject']}: " + ", ".join(shown) + more)
+    if any(item["foreign"] for item in d.get("provenance") or ()):
+        lines.append("    ⚠ marks paths that exist in neither: check them before you push.")
     tokens = d.get("tokens") or {}
     if tokens:
         lines.append("  Tokens: " + ", ".join(f"{'#' if k.isdigit() else ''}{k} {v:,}"

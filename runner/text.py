@@ -31,6 +31,11 @@ def sanitize(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+def sanitize_name(name: str) -> str:
+    """A file name or other one-line value: newlines and tabs are escaped too."""
+    return sanitize(name).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def indent(text: str, prefix: str) -> str:
     """Every line of `text` after the first, prefixed (for multi-line values in a listing)."""
     return text.replace("\n", "\n" + prefix)

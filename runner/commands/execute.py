@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from retcon_sandbox import checks, engine
+from retcon_sandbox import checks, engine, hostaccess
 from retcon_sandbox.commands.setup import (
     ModelOptions,
     find_repo,
@@ -51,6 +51,9 @@ class ExecuteOptions:
     timeout: float | None = None
     no_cache: bool = False
     jobs: int | None = None
+    pass_env: tuple[str, ...] = ()
+    allow_pull: bool = False
+    strict_provenance: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -59,7 +62,9 @@ class ExecuteOptions:
                    model=args.model, base_url=args.base_url, model_timeout=args.model_timeout,
                    image=args.image, sandbox=args.sandbox, squash_wip=args.squash_wip,
                    non_interactive=args.non_interactive, json=args.json, timeout=args.timeout,
-                   no_cache=args.no_cache, jobs=args.jobs)
+                   no_cache=args.no_cache, jobs=args.jobs,
+                   pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
+                   strict_provenance=args.strict_provenance)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(options: ExecuteOptions) -> int:
     reporter = make_reporter(options.json)
+    access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull)
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)
@@ -76,6 +82,7 @@ def execute(options: ExecuteOptions) -> int:
         spec = specfile.load()
         revs = checks.revisions(repo, spec)
         checks.recorded_commits(repo, spec)
+        checks.source_names(repo, revs)
         tip = repo.branch_sha(spec.cleaned) or revs.base
         checks.path_patterns(repo, spec, tip, revs.source)
         model = ModelOptions(options.model, options.base_url, options.model_timeout).settings()
@@ -84,7 +91,7 @@ def execute(options: ExecuteOptions) -> int:
         stop_if_blocked(spec, interactive, reporter)
         settings = sandbox_settings(spec, options.image, options.build, options.test,
                                     options.timeout, reporter)
-        backend = make_backend(options.sandbox, spec, settings)
+        backend = make_backend(options.sandbox, spec, settings, access)
         transcript = state_dir.transcript_path(specfile.real)
         agent = make_agent(model, transcript, reporter)
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
@@ -94,7 +101,8 @@ def execute(options: ExecuteOptions) -> int:
                                      options.skip), reporter,
                             Cache(repo, read=not options.no_cache), backend.environment())
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
-                  RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs()),
+                  RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
+                             strict_provenance=options.strict_provenance),
                   settings,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base)

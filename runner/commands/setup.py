@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING
 from retcon_sandbox.errors import ConfigError, GitError, ModelError, UsageError
 from retcon_sandbox.gitrepo import Repo
 from retcon_sandbox.history import Done, next_step
+from retcon_sandbox.hostaccess import HostAccess
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.sandbox_api import Backend
 from retcon_sandbox.settings import SandboxSettings, SettingError
 from retcon_sandbox.spec import Spec
+
+NO_ACCESS = HostAccess()
 
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.agent import Agent
@@ -135,13 +138,15 @@ def sandbox_settings(spec: Spec, image: str | None, build: str | None, test: str
     return settings
 
 
-def make_backend(kind: str, spec: Spec, settings: SandboxSettings) -> Backend:
+def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
+                 access: HostAccess = NO_ACCESS) -> Backend:
+    """Where sandboxes run; `access` (from the command line only) is what the host lets in."""
     if kind == "local":
         from retcon_sandbox.local_backend import LocalBackend
 
         sys.stderr.write("⚠ --sandbox local: builds, tests and file tools run UNSANDBOXED on this "
                          "machine. Use it only for code you trust (and for our own tests).\n")
-        return LocalBackend({})
+        return LocalBackend(access.variables)
     if kind != "docker":
         raise UsageError(f"unknown sandbox {kind!r} (expected docker or local)")
     from retcon_sandbox import images
@@ -149,5 +154,6 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings) -> Backend:
 
     engine = DockerEngine()
     tag = images.ensure(engine, settings.image or images.default_image(),
-                        lambda line: print(line, file=sys.stderr))
-    return DockerBackend(engine, tag, settings, {}, Path(os.path.realpath(spec.path)))
+                        lambda line: print(line, file=sys.stderr), allow_pull=access.allow_pull)
+    return DockerBackend(engine, tag, settings, access.variables,
+                         Path(os.path.realpath(spec.path)))

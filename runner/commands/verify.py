@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from retcon_sandbox import hostaccess
 from retcon_sandbox.commands.setup import find_repo, make_backend, sandbox_settings
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.gitrepo import Repo
@@ -54,6 +55,7 @@ class Plan:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
+    access = hostaccess.from_command_line(args.pass_env, args.allow_pull)
     plan = make_plan(args, reporter)
     settings = plan.settings
     commands = Commands(settings.build, settings.test, settings.timeout)
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     label = StateDir(plan.repo.common_dir()).root / f"verify-{run_id}"
     holder = replace(plan.spec, path=label) if plan.spec else \
         Spec(label, "", "", "", settings)
-    backend = make_backend(args.sandbox, holder, settings)
+    backend = make_backend(args.sandbox, holder, settings, access)
     environment = backend.environment()
     verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
                         environment)

@@ -3,6 +3,7 @@ the history, see `history.after_failure`) whether to ask the model for a `fixup!
 
 from __future__ import annotations
 
+from retcon_sandbox import provenance
 from retcon_sandbox.context import Run
 from retcon_sandbox.history import (
     CommitCreated,
@@ -23,6 +24,10 @@ from retcon_sandbox.workspace import WorkState
 def verify(run: Run, commit: CommitSpec, state: WorkState, step: Verify) -> CommitSpec:
     failure = run.verifier.check(state, commit.number)
     if failure is None:
+        if run.options.strict_provenance:
+            summary = provenance.gate(run.provenance(commit), True, step.stuck, step.note)
+            if summary:
+                return run.stuck(commit, summary)
         return run.append(commit, Complete())
     decision = after_failure(commit.history, made(run, commit), run.agent is not None,
                              run.options.budgets, failure)

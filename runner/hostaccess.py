@@ -1,0 +1,90 @@
+"""What the command line, and only the command line, lets into a sandbox from the host: named
+environment variables (`--pass-env NAME`) and image pulls (`--allow-pull`). A spec cannot widen
+either: it may come from someone else.
+
+A variable is refused when its name or its value looks like a credential, whatever it is called:
+a key, token or password in the value (`sk-…`, `ghp_…`, `AKIA…`, a private key, a JWT, a URL with
+a password) would reach code that is not trusted, and its output reaches the transcript."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from retcon_sandbox.errors import UsageError
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|API_?KEY|PRIVATE|CREDENTIAL|_AUTH"
+                          r"|^AUTH|COOKIE|SESSION|_PAT$|^PAT_", re.IGNORECASE)
+_SECRET_VALUE = re.compile(
+    r"sk-[A-Za-z0-9_-]{16,}"                      # OpenAI and similar API keys
+    r"|(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_-]{16,}"                  # GitLab
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}"             # Slack
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"                 # AWS access key ids
+    r"|AIza[0-9A-Za-z_-]{30,}"                    # Google API keys
+    r"|npm_[A-Za-z0-9]{30,}"                      # npm tokens
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."  # JWTs
+    r"|[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",  # a URL with a password
+    re.IGNORECASE)
+_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+
+
+@dataclass(frozen=True)
+class HostAccess:
+    env: tuple[tuple[str, str], ...] = ()
+    allow_pull: bool = False
+
+    @property
+    def variables(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def from_command_line(names: list[str] | None, allow_pull: bool) -> HostAccess:
+    """`--pass-env` names checked against the host's environment, before anything runs."""
+    chosen: dict[str, str] = {}
+    for name in names or ():
+        chosen[name] = _checked(name)
+    return HostAccess(tuple(sorted(chosen.items())), allow_pull)
+
+
+def _checked(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise UsageError(f"--pass-env {name!r}: not a variable name",
+                         "Give the name only (--pass-env LANG), never NAME=value.")
+    if name not in os.environ:
+        raise UsageError(f"--pass-env {name}: the variable is not set on this host")
+    value = os.environ[name]
+    why = credential_problem(name, value)
+    if why:
+        raise UsageError(f"--pass-env {name}: refused, {why}",
+                         "Sandboxed code is untrusted and its output is recorded: pass no "
+                         "credentials. Give what the build needs through the spec's setup, or "
+                         "a non-secret variable.")
+    return value
+
+
+def credential_problem(name: str, value: str) -> str | None:
+    """Why `name=value` looks like a credential, or None."""
+    if _SECRET_NAME.search(name):
+        return "its name says it holds a credential"
+    if _SECRET_VALUE.search(value):
+        return "its value looks like a credential (a key, token, private key or password)"
+    for token in _TOKEN.findall(value):
+        if _entropy(token) > 4.0 and not token.isalpha() and not _looks_like_path(token):
+            return "its value holds a long random-looking string, as tokens do"
+    return None
+
+
+def _entropy(text: str) -> float:
+    counts = Counter(text)
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
+
+
+def _looks_like_path(token: str) -> bool:
+    return "/" in token and all(part.isidentifier() or not part for part in
+                                token.replace("-", "_").replace(".", "_").split("/"))
