@@ -40,8 +40,10 @@ def test_gate() -> None:
 def injected() -> list[Step]:
     """The reconstruction, but commit 1 plants a workflow that commit 4 removes again."""
     script = reconstruction()
-    script[4] = [write(PWN, "on: push\n"), *script[4]]
-    script[-1] = [call("delete_file", path=PWN), *script[-1]]
+    first, last = script[4], script[-1]
+    assert isinstance(first, list) and isinstance(last, list)
+    script[4] = [write(PWN, "on: push\n"), *first]
+    script[-1] = [call("delete_file", path=PWN), *last]
     return script
 
 
