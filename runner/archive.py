@@ -1,7 +1,7 @@
-"""A tar stream of known length: how a tree goes into a sandbox without being held in memory.
+"""A tar stream: how a tree goes into a sandbox without being held in memory.
 
-`gitrepo` produces one from git objects (sizes checked before any blob is read); the sandbox
-transport sends its chunks after a request that announces `size` bytes.
+`gitrepo` produces one from git objects, block by block (sizes checked before any blob is
+read); the sandbox transport sends each block as it comes, as a length-prefixed frame.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TarStream:
-    size: int  # the exact number of bytes `chunks` yields
-    chunks: Iterable[bytes]
+    chunks: Iterable[bytes]  # produced lazily; consumed once
     files: int  # regular files and symlinks in it
 
 
 def of_bytes(data: bytes, files: int) -> TarStream:
-    return TarStream(len(data), (data,), files)
+    return TarStream((data,), files)

@@ -106,7 +106,8 @@ class Run:
                                  seconds=time.monotonic() - started)
                 return box
 
-            yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source)
+            yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
+                            self.settings.max_file_size)
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """The Docker backend: the one module that imports the docker SDK.
 
-One fresh, hardened container per logical commit: no network, a fixed non-root uid, no
+One fresh, hardened container per logical commit: no network, fixed non-root uids, no
 capabilities, no-new-privileges, a read-only root with size-limited tmpfs for the workspace and
-/tmp, pids/memory/CPU limits, no host environment and no mounts (so it works the same against a
-remote engine). The helper runs as one `docker exec` whose stdin/stdout carry the protocol.
+/tmp (and over any VOLUME the image declares), pids/memory/CPU limits, no host environment, no
+mounts (so it works the same against a remote engine), and the image's ENTRYPOINT overridden.
+The helper runs as one `docker exec` (uid 10001) whose stdin/stdout carry the protocol; each
+build or test runs in an exec of its own under another uid (10002), so it can neither signal,
+trace nor reach the helper's pipes, and every process it leaves is killed when it ends.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,13 +27,26 @@ import docker.errors
 from retcon_sandbox import liveness
 from retcon_sandbox.errors import ImageError, SandboxError
 from retcon_sandbox.resources import helper_source
-from retcon_sandbox.sandbox_api import HelperSandbox, ToolFailure, check_isolation
+from retcon_sandbox.sandbox_api import (
+    COMMAND_MARGIN_S,
+    LINE_CAP,
+    CommandResult,
+    DeadlineExceeded,
+    HelperSandbox,
+    OutputCapture,
+    ToolFailure,
+    check_isolation,
+)
 from retcon_sandbox.settings import SandboxSettings, human_bytes
 
 LABEL_RUN = "retcon-sandbox.run"
 LABEL_SPEC = "retcon-sandbox.spec"
-UID = 10001
+UID = 10001  # the helper: file tools
+COMMAND_UID = 10002  # builds and tests: cannot signal, trace or read the helper
+GID = 10000  # shared by both, on /workspace (setgid, group-writable)
 STDERR_CAP = 64 * 1024
+FRAME_CAP = 64 * 1024 * 1024
+KILL_GRACE_S = 10.0
 
 
 class DockerEngine:
@@ -107,6 +124,22 @@ class DockerEngine:
         except docker.errors.DockerException as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
 
+    def is_running(self, container_id: str) -> bool:
+        try:
+            return bool(self.client.containers.get(container_id).attrs["State"]["Running"])
+        except docker.errors.DockerException:
+            return False
+
+    def image_volumes(self, name: str) -> list[str]:
+        """The paths an image declares as VOLUMEs."""
+        try:
+            config = self.client.images.get(name).attrs.get("Config") or {}
+        except docker.errors.ImageNotFound:
+            return []
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        return sorted((config.get("Volumes") or {}).keys())
+
     def import_rootfs(self, stream: IO[bytes], repository: str, tag: str) -> None:
         try:
             self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
@@ -122,7 +155,7 @@ class DockerEngine:
             found = self.client.containers.list(all=True, filters={"label": selector})
             for container in found:
                 with contextlib.suppress(docker.errors.NotFound):
-                    container.remove(force=True)
+                    container.remove(force=True, v=True)
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
         return len(found)
@@ -137,7 +170,7 @@ class DockerEngine:
 
     def remove_container(self, container_id: str) -> None:
         try:
-            self.client.containers.get(container_id).remove(force=True)
+            self.client.containers.get(container_id).remove(force=True, v=True)
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
@@ -148,71 +181,144 @@ class DockerEngine:
         return len(self.client.containers.list(all=True, filters={"label": label}))
 
 
+class ExecStream:
+    """A `docker exec` attach socket, demultiplexed (frames of stream 1 = stdout, 2 = stderr)
+    in linear time, every wait bounded by the deadline in force."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sock: socket.socket = getattr(sock, "_sock", sock)
+        self.deadline: float | None = None
+        self._buf = bytearray()
+        self._pos = 0
+
+    def frame(self) -> tuple[int, bytes] | None:
+        """The next frame, or None at end of stream."""
+        header = self._take(8)
+        if header is None:
+            return None
+        size = int.from_bytes(header[4:8], "big")
+        if size > FRAME_CAP:
+            raise SandboxError(f"the sandbox sent a frame of {size} bytes (at most {FRAME_CAP})")
+        payload = self._take(size)
+        return None if payload is None else (header[0], payload)
+
+    def send(self, data: bytes) -> None:
+        self._wait_budget()
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise DeadlineExceeded("the sandbox stopped reading its input") from None
+
+    def _take(self, n: int) -> bytes | None:
+        while len(self._buf) - self._pos < n:
+            if not self._recv():
+                return None
+        data = bytes(self._buf[self._pos : self._pos + n])
+        self._pos += n
+        if self._pos > (1 << 20) and 2 * self._pos > len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        return data
+
+    def _recv(self) -> bool:
+        self._wait_budget()
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except TimeoutError:
+            raise DeadlineExceeded("the sandbox did not answer in time") from None
+        if not chunk:
+            return False
+        self._buf += chunk
+        return True
+
+    def _wait_budget(self) -> None:
+        if self.deadline is None:
+            self.sock.settimeout(None)
+            return
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded("the sandbox did not answer in time")
+        self.sock.settimeout(left)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
 class ExecTransport:
-    """The helper's stdin/stdout over a `docker exec` attach socket (multiplexed frames)."""
+    """The helper's stdin/stdout over its `docker exec`: lines found in linear time, none
+    longer than LINE_CAP, stderr kept (capped) for error messages."""
 
     def __init__(self, api: Any, exec_id: str, sock: Any) -> None:
         self._api = api
         self._exec_id = exec_id
-        self._sock: socket.socket = getattr(sock, "_sock", sock)
-        self._sock.settimeout(None)
-        self._raw = b""
-        self._out = b""
-        self._err = b""
-        self._eof = False
+        self._stream = ExecStream(sock)
+        self._out = bytearray()
+        self._scanned = 0
+        self._err = bytearray()
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self._stream.deadline = deadline
 
     def send(self, data: bytes) -> None:
-        self._sock.sendall(data)
+        self._stream.send(data)
 
     def readline(self) -> bytes:
-        while b"\n" not in self._out and self._frame():
-            pass
-        line, sep, rest = self._out.partition(b"\n")
-        if not sep:
-            self._out = b""
-            return line
-        self._out = rest
-        return line + b"\n"
-
-    def _fill(self, n: int) -> bool:
-        while len(self._raw) < n:
-            chunk = self._sock.recv(1 << 16)
-            if not chunk:
-                self._eof = True
-                return False
-            self._raw += chunk
-        return True
-
-    def _frame(self) -> bool:
-        if self._eof or not self._fill(8):
-            return False
-        size = int.from_bytes(self._raw[4:8], "big")
-        if not self._fill(8 + size):
-            return False
-        stream, payload = self._raw[0], self._raw[8 : 8 + size]
-        self._raw = self._raw[8 + size :]
-        if stream == 1:
-            self._out += payload
-        elif len(self._err) < STDERR_CAP:
-            self._err += payload
-        return True
+        while True:
+            end = self._out.find(b"\n", self._scanned)
+            if end >= 0:
+                line = bytes(self._out[: end + 1])
+                del self._out[: end + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._out)
+            if len(self._out) > LINE_CAP:
+                raise SandboxError(f"the sandbox helper sent a line over {LINE_CAP} bytes")
+            frame = self._stream.frame()
+            if frame is None:
+                line = bytes(self._out)
+                self._out.clear()
+                return line
+            stream, payload = frame
+            if stream == 1:
+                self._out += payload
+            elif len(self._err) < STDERR_CAP:
+                self._err += payload[: STDERR_CAP - len(self._err)]
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_WR)
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        self._stream.close()
 
     def exit_code(self) -> int | None:
-        try:
-            code = self._api.exec_inspect(self._exec_id).get("ExitCode")
-        except docker.errors.DockerException:
-            return None
-        return int(code) if code is not None else None
+        return _exec_exit_code(self._api, self._exec_id)
 
     def describe_failure(self) -> str:
-        err = (self._err + self._out).decode(errors="replace").strip()[-2000:]
+        err = (self._err + self._out[-2000:]).decode(errors="replace").strip()[-2000:]
         return f"helper exit code {self.exit_code()}; it said: {err or '(nothing)'}"
+
+
+def _exec_exit_code(api: Any, exec_id: str) -> int | None:
+    try:
+        info = api.exec_inspect(exec_id)
+    except docker.errors.DockerException:
+        return None
+    code = info.get("ExitCode")
+    return None if info.get("Running") or code is None else int(code)
+
+
+class DockerSandbox(HelperSandbox):
+    """File tools through the helper; each command in a `docker exec` of its own, under the
+    commands' uid, read and capped by the host (see `DockerBackend.run_command`)."""
+
+    def __init__(self, transport: ExecTransport, backend: DockerBackend, container_id: str
+                 ) -> None:
+        super().__init__(transport, backend.env)
+        self._backend = backend
+        self.container_id = container_id
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        return self._backend.run_command(self.container_id, command, timeout)
 
 
 class DockerBackend:
@@ -227,6 +333,7 @@ class DockerBackend:
         self.spec_path = str(spec_path)
         self.run_id = uuid.uuid4().hex[:12]
         self._environment: str | None = None
+        self._volumes: list[str] | None = None
         self.owner = liveness.labels_of(liveness.this_process())  # for `clean`
 
     def describe(self) -> str:
@@ -238,15 +345,17 @@ class DockerBackend:
         s = self.settings
         return {
             "image": self.image,
-            "command": ["sleep", "infinity"],
-            "user": f"{UID}:{UID}",
+            "entrypoint": ["sleep"],  # the image's ENTRYPOINT never runs
+            "command": ["infinity"],
+            "user": f"{UID}:{GID}",
             "network_mode": "none",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {
+                **self._shadowed_volumes(),
                 "/workspace": f"rw,exec,nosuid,nodev,size={int(s.workspace_size)},uid={UID},"
-                              f"gid={UID},mode=0755",
+                              f"gid={GID},mode=2775",
                 "/tmp": f"rw,exec,nosuid,nodev,size={int(s.tmp_size)},mode=1777",
             },
             "pids_limit": int(s.pids),
@@ -263,8 +372,17 @@ class DockerBackend:
             "detach": True,
         }
 
+    def _shadowed_volumes(self) -> dict[str, str]:
+        """An image's VOLUMEs would be anonymous volumes on the host's disk, uncapped and left
+        behind: each is covered by a small tmpfs instead."""
+        if self._volumes is None:
+            self._volumes = self.engine.image_volumes(self.image)
+        size = int(self.settings.tmp_size)
+        return {path: f"rw,nosuid,nodev,size={size},mode=1777" for path in self._volumes
+                if path not in ("/workspace", "/tmp")}
+
     @contextlib.contextmanager
-    def open(self, label: str) -> Iterator[HelperSandbox]:
+    def open(self, label: str) -> Iterator[DockerSandbox]:
         client = self.engine.client
         try:
             container = client.containers.create(**self.create_kwargs(label))
@@ -274,7 +392,7 @@ class DockerBackend:
                              "--image.") from None
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot create a sandbox container: {_first_line(exc)}") from None
-        box: HelperSandbox | None = None
+        box: DockerSandbox | None = None
         try:
             container.start()
             box = self._start_helper(str(container.id))
@@ -285,16 +403,16 @@ class DockerBackend:
             if box is not None:
                 box.close()
             with contextlib.suppress(docker.errors.DockerException):
-                container.remove(force=True)
+                container.remove(force=True, v=True)
 
-    def _start_helper(self, container_id: str) -> HelperSandbox:
+    def _start_helper(self, container_id: str) -> DockerSandbox:
         api = self.engine.client.api
         exec_id = api.exec_create(container_id, ["python3", "-I", "-c", helper_source(),
                                                  "--workspace", "/workspace"],
-                                  stdin=True, stdout=True, stderr=True, user=f"{UID}:{UID}",
+                                  stdin=True, stdout=True, stderr=True, user=f"{UID}:{GID}",
                                   workdir="/workspace")["Id"]
         transport = ExecTransport(api, exec_id, api.exec_start(exec_id, socket=True))
-        box = HelperSandbox(transport, self.env)
+        box = DockerSandbox(transport, self, container_id)
         try:
             check_isolation(box, f"the container from {self.image}")
         except (SandboxError, ToolFailure) as exc:
@@ -307,6 +425,66 @@ class DockerBackend:
                 raise
             raise SandboxError(f"the sandbox helper failed to start: {exc}") from None
         return box
+
+    # -- commands: one exec each, under the commands' uid ---------------------------------
+
+    def run_command(self, container_id: str, command: str, timeout: float) -> CommandResult:
+        """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
+        host reads and caps its output; past the timeout plus a margin, every process of that
+        uid is killed; if even that fails, the container is removed (SandboxError)."""
+        started = time.monotonic()
+        exec_id, stream = self._exec_command(container_id, command, timeout)
+        capture = OutputCapture()
+        stream.deadline = started + timeout + COMMAND_MARGIN_S
+        overdue = False
+        try:
+            overdue = _pump(stream, capture)
+            if overdue:
+                self._kill_commands(container_id)
+                stream.deadline = time.monotonic() + KILL_GRACE_S
+                if _pump(stream, capture):
+                    raise SandboxError(f"`{command}` did not stop after its {timeout:.0f} s "
+                                       "timeout, even when killed; the sandbox was removed",
+                                       "Rerun to resume; the commit is verified again.")
+        finally:
+            stream.close()
+        code = _exec_exit_code(self.engine.client.api, exec_id)
+        if code is None or code >= 128:  # the supervisor itself may have been killed
+            self._kill_commands(container_id)
+        seconds = time.monotonic() - started
+        timed_out = overdue or (code == TIMED_OUT and seconds >= timeout)
+        return CommandResult(command, -9 if code is None else code, timed_out, capture.text(),
+                             capture.total, capture.truncated, round(seconds, 3))
+
+    def _exec_command(self, container_id: str, command: str, timeout: float
+                      ) -> tuple[str, ExecStream]:
+        api = self.engine.client.api
+        try:
+            exec_id = api.exec_create(
+                container_id, ["python3", "-I", "-c", helper_source(), "--workspace",
+                               "/workspace", "--run", str(timeout), command],
+                stdin=False, stdout=True, stderr=True, user=f"{COMMAND_UID}:{GID}",
+                workdir="/workspace",
+                environment={**self.env, "RETCON_SANDBOX_SUPERVISE": "1"})["Id"]
+            return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot start a command in the sandbox: {_first_line(exc)}"
+                               ) from None
+
+    def _kill_commands(self, container_id: str) -> None:
+        """SIGKILL every process of the commands' uid (`kill -9 -1` spares only the caller)."""
+        api = self.engine.client.api
+        try:
+            exec_id = api.exec_create(container_id, ["/bin/sh", "-c", "kill -9 -1"],
+                                      user=f"{COMMAND_UID}:{GID}")["Id"]
+            api.exec_start(exec_id)
+        except (docker.errors.NotFound, docker.errors.APIError) as exc:
+            if not self.engine.is_running(container_id):
+                raise SandboxError("the sandbox container stopped while a command ran",
+                                   "Was it removed (`retcon-sandbox clean --all`, `docker "
+                                   "rm`)? Rerun to resume.") from None
+            raise SandboxError(f"the sandbox could not stop its commands: {_first_line(exc)}; "
+                               "it was removed", "Rerun to resume.") from None
 
     def reap(self) -> int:
         return self.engine.remove_containers({LABEL_SPEC: self.spec_path})
@@ -321,6 +499,19 @@ class DockerBackend:
                 passed = f" env:{hashlib.sha256(text).hexdigest()[:16]}"
             self._environment = f"docker {self.engine.image_id(self.image)}{passed}"
         return self._environment
+
+
+TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its timeout
+
+
+def _pump(stream: ExecStream, capture: OutputCapture) -> bool:
+    """Read a command's output to its end; True if the deadline passed first."""
+    try:
+        while (frame := stream.frame()) is not None:
+            capture.add(frame[1])
+    except DeadlineExceeded:
+        return True
+    return False
 
 
 def _first_line(exc: BaseException) -> str:

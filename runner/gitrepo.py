@@ -11,6 +11,7 @@ import io
 import os
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +19,13 @@ import git
 import git.exc
 from gitdb.base import IStream  # type: ignore[import-untyped]
 
-from retcon_sandbox.archive import TarStream, of_bytes
+from retcon_sandbox.archive import TarStream
 from retcon_sandbox.errors import GitError
 from retcon_sandbox.paths import dotgit_component
 from retcon_sandbox.text import sanitize_name
 
 ZERO = "0" * 40
+TAR_BLOCK = 1 << 20  # the tar stream is produced in blocks of about this size
 FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "retcon-sandbox",
     "GIT_AUTHOR_EMAIL": "retcon-sandbox@localhost",
@@ -34,7 +36,9 @@ FALLBACK_IDENTITY = {
 # no signing program, whatever the repository's config says (a fork's `.git` is untrusted too)...
 NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                "-c", "commit.gpgSign=false", "-c", "tag.gpgSign=false",
-               "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false")
+               "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
+               # and a large blob is treated as binary by diffs, never loaded whole
+               "-c", "core.bigFileThreshold=32m")
 # ...and no external diff or textconv drivers.
 SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
 
@@ -218,8 +222,16 @@ class Repo:
             entries[path] = TreeEntry(mode, sha)
         return entries
 
-    def blob(self, sha: str) -> bytes:
+    def blob(self, sha: str, limit: int | None = None) -> bytes:
+        """A blob's content; with `limit`, its size is checked before it is read."""
         try:
+            if limit is not None:
+                size = self._repo.odb.info(bytes.fromhex(sha)).size
+                if size > limit:
+                    raise GitError(f"object {sha[:12]} is {size} bytes, over the largest file "
+                                   f"the host reads ({limit} bytes)",
+                                   "Raise [sandbox] max_file_size if you trust this "
+                                   "repository.")
             data: bytes = self._repo.odb.stream(bytes.fromhex(sha)).read()
         except (ValueError, git.exc.GitError) as exc:
             raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
@@ -322,37 +334,67 @@ class Repo:
 
     # -- the tree as a tar stream, built from objects --------------------------------------
 
-    def tree_tar(self, tree: str, max_file_size: int) -> TarStream:
-        """`tree` as a tar stream built from git objects (no `.gitattributes` applied)."""
-        entries = self.ls_tree(tree)
-        for path, entry in entries.items():
-            if entry.mode in ("100644", "100755", "120000"):
-                size = int(self._git("cat-file", "-s", entry.sha))
-                if size > max_file_size:
-                    raise GitError(f"{path} is {size} bytes, over the largest file the host "
-                                   f"reads ({max_file_size} bytes)",
-                                   "Raise [sandbox] max_file_size if you trust this repository.")
-        files = sum(1 for e in entries.values() if e.mode in ("100644", "100755", "120000"))
-        return of_bytes(self.tar_of_tree(tree), files)
+    def blob_sizes(self, shas: list[str]) -> dict[str, int]:
+        """Object sizes from one `cat-file --batch-check`, before any content is read."""
+        if not shas:
+            return {}
+        out = self._git("cat-file", "--batch-check=%(objectname) %(objectsize)",
+                        stdin=("\n".join(shas) + "\n").encode())
+        sizes = {}
+        for line in out.splitlines():
+            name, _, size = line.partition(" ")
+            if size.isdigit():
+                sizes[name] = int(size)
+        return sizes
 
-    def tar_of_tree(self, tree: str) -> bytes:
-        """An uncompressed tar of `tree`, built from git objects (no `.gitattributes` applied)."""
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for path, entry in sorted(self.ls_tree(tree).items()):
-                info = tarfile.TarInfo(path)
-                info.mtime = 0
-                if entry.mode == "120000":
-                    info.type = tarfile.SYMTYPE
-                    info.linkname = self.blob(entry.sha).decode("utf-8", "surrogateescape")
-                    tar.addfile(info)
-                elif entry.mode in ("100644", "100755"):
-                    data = self.blob(entry.sha)
-                    info.size = len(data)
-                    info.mode = 0o755 if entry.mode == "100755" else 0o644
-                    tar.addfile(info, io.BytesIO(data))
-                # submodules (160000) have no content here: skipped
-        return buffer.getvalue()
+    def tree_tar(self, tree: str, max_file_size: int) -> TarStream:
+        """`tree` as a tar stream built from git objects (no `.gitattributes` applied), produced
+        as it is sent: the host holds one block of it at a time, never the tree. Sizes are
+        checked first: a file over `max_file_size` stops here, before anything is read."""
+        items = sorted((path, entry) for path, entry in self.ls_tree(tree).items()
+                       if entry.mode in ("100644", "100755", "120000"))  # submodules: no content
+        sizes = self.blob_sizes(sorted({entry.sha for _, entry in items}))
+        for path, entry in items:
+            if sizes.get(entry.sha, 0) > max_file_size:
+                raise GitError(f"{path} is {sizes[entry.sha]} bytes, over the largest file the "
+                               f"host reads ({max_file_size} bytes)",
+                               "Raise [sandbox] max_file_size if you trust this repository.")
+        return TarStream(self._tar_blocks(items, sizes), len(items))
+
+    def _tar_blocks(self, items: list[tuple[str, TreeEntry]], sizes: dict[str, int]
+                    ) -> Iterator[bytes]:
+        pending = bytearray()
+        for path, entry in items:
+            info = tarfile.TarInfo(path)
+            info.mtime = 0
+            if entry.mode == "120000":
+                info.type = tarfile.SYMTYPE
+                info.linkname = self.blob(entry.sha).decode("utf-8", "surrogateescape")
+                pending += info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+                continue
+            info.size = sizes[entry.sha]
+            info.mode = 0o755 if entry.mode == "100755" else 0o644
+            pending += info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            if info.size <= TAR_BLOCK:
+                pending += self.blob(entry.sha)
+            else:
+                yield bytes(pending)
+                pending.clear()
+                yield from self._blob_blocks(entry.sha)
+            pending += b"\0" * (-info.size % tarfile.BLOCKSIZE)
+            if len(pending) >= TAR_BLOCK:
+                yield bytes(pending)
+                pending.clear()
+        pending += b"\0" * (2 * tarfile.BLOCKSIZE)
+        yield bytes(pending)
+
+    def _blob_blocks(self, sha: str) -> Iterator[bytes]:
+        try:
+            stream = self._repo.odb.stream(bytes.fromhex(sha))
+            while block := stream.read(TAR_BLOCK):
+                yield block
+        except (ValueError, git.exc.GitError) as exc:
+            raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
 
     # -- notes: where the verification cache lives (objects and a ref; never files) ---------
 

@@ -8,6 +8,8 @@ differ only in how they start the helper and move bytes to and from it.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,6 +20,54 @@ from retcon_sandbox.errors import SandboxError
 
 class ToolFailure(Exception):
     """A file tool or command was refused or failed in a way the model can act on."""
+
+
+class DeadlineExceeded(SandboxError):
+    """The sandbox did not answer in time: the caller removes the container."""
+
+
+# Host-side deadlines: a file tool must answer in FILE_TOOL_S, a tree must load in LOAD_S; a
+# command gets its own timeout plus COMMAND_MARGIN_S before the host kills what it started.
+FILE_TOOL_S = 60.0
+LOAD_S = 600.0
+COMMAND_MARGIN_S = 15.0
+LINE_CAP = 32 * 1024 * 1024  # the longest answer line the host accepts from the helper
+HEAD_BYTES = 24 * 1024
+TAIL_BYTES = 24 * 1024
+
+
+class OutputCapture:
+    """The head and tail of a command's output and its total size, in linear time and bounded
+    memory, however much is printed."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk[-TAIL_BYTES:]
+            if len(self.tail) > 2 * TAIL_BYTES:
+                del self.tail[: len(self.tail) - TAIL_BYTES]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + min(len(self.tail), TAIL_BYTES)
+
+    def text(self) -> str:
+        tail = bytes(self.tail[-TAIL_BYTES:])
+        head = self.head.decode("utf-8", "replace")
+        if not self.truncated:
+            return head + tail.decode("utf-8", "replace")
+        skipped = self.total - len(self.head) - len(tail)
+        return (f"{head}\n[... {skipped} bytes of output omitted ...]\n"
+                + tail.decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True)
@@ -49,6 +99,9 @@ class ReadResult:
     text: str
     binary: bool
     lines: int | None
+    start: int | None = None
+    end: int | None = None
+    more: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,8 +112,16 @@ class WriteResult:
 
 
 class Transport(Protocol):
+    def set_deadline(self, deadline: float | None) -> None:
+        """Until the next call: sends and reads past `deadline` (monotonic) raise
+        DeadlineExceeded."""
+        ...
+
     def send(self, data: bytes) -> None: ...
-    def readline(self) -> bytes: ...
+    def readline(self) -> bytes:
+        """One line (newline included); b"" at end of stream. Longer than LINE_CAP: SandboxError."""
+        ...
+
     def close(self) -> None: ...
     def describe_failure(self) -> str: ...
 
@@ -69,8 +130,12 @@ class Sandbox(Protocol):
     def load_tree(self, tar: TarStream) -> int: ...
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult: ...
-    def write_file(self, path: str, data: bytes, mode: str | None = None) -> WriteResult: ...
-    def delete_file(self, path: str) -> str: ...
+    def write_file(self, path: str, data: bytes, mode: str | None = None,
+                   exact: bool = False) -> WriteResult:
+        """`exact`: a name from the repository, carried as it is (the model's are checked)."""
+        ...
+
+    def delete_file(self, path: str, exact: bool = False) -> str: ...
     def list_files(self, path: str | None = None) -> list[str]: ...
     def run(self, command: str, timeout: float) -> CommandResult: ...
 
@@ -98,25 +163,53 @@ class HelperSandbox:
         self._env = env or {}
         self._next_id = 0
 
-    def request(self, op: str, payload: bytes = b"", **args: Any) -> dict[str, Any]:
+    def request(self, op: str, payload: bytes = b"", chunks: Iterable[bytes] | None = None,
+                seconds: float = FILE_TOOL_S, **args: Any) -> dict[str, Any]:
+        """One request and its answer, which must carry the request's id and arrive within
+        `seconds`. `chunks` stream after the request line as length-prefixed frames."""
         self._next_id += 1
-        message = {"id": self._next_id, "op": op, **args}
-        if payload:
+        rid = self._next_id
+        message = {"id": rid, "op": op, **args}
+        if chunks is not None:
+            message["chunked"] = True
+        elif payload:
             message["payload"] = len(payload)
+        self._transport.set_deadline(time.monotonic() + seconds)
         try:
             self._transport.send(json.dumps(message).encode() + b"\n" + payload)
+            for chunk in chunks or ():
+                if chunk:
+                    self._transport.send(len(chunk).to_bytes(4, "big") + chunk)
+            if chunks is not None:
+                self._transport.send(b"\0\0\0\0")
             line = self._transport.readline()
+        except DeadlineExceeded:
+            raise DeadlineExceeded(f"the sandbox did not answer `{op}` within {seconds:.0f} s, "
+                                   "so it was removed",
+                                   "Something in it stopped the helper, or a file is too large "
+                                   "to handle in time. Rerun to resume; if it happens again, "
+                                   "check what the build leaves in the workspace.") from None
         except OSError as exc:
             raise SandboxError(f"lost the sandbox helper: {exc}",
                                self._transport.describe_failure()) from None
+        finally:
+            self._transport.set_deadline(None)
+        return self._answer(line, rid)
+
+    def _answer(self, line: bytes, rid: int) -> dict[str, Any]:
         if not line:
             raise SandboxError("the sandbox helper stopped answering",
                                self._transport.describe_failure())
         try:
-            response: dict[str, Any] = json.loads(line)
+            response = json.loads(line)
         except ValueError:
             raise SandboxError(f"the sandbox helper sent something that is not JSON: {line[:200]!r}"
                                ) from None
+        if not isinstance(response, dict) or response.get("id") != rid:
+            got = response.get("id") if isinstance(response, dict) else None
+            raise SandboxError(f"the sandbox helper answered request {got!r}, not {rid}",
+                               "Something in the sandbox wrote to the helper's output; the "
+                               "answer was not trusted.")
         if not response.get("ok"):
             raise ToolFailure(str(response.get("error", "unknown error")))
         return response
@@ -125,25 +218,28 @@ class HelperSandbox:
         return self.request("hello")
 
     def load_tree(self, tar: TarStream) -> int:
-        return int(self.request("extract", b"".join(tar.chunks))["files"])
+        return int(self.request("extract", chunks=tar.chunks, seconds=LOAD_S)["files"])
 
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult:
         r = self.request("read", path=path, offset=offset, limit=limit)
-        return ReadResult(str(r["text"]), bool(r["binary"]), r.get("lines"))
+        return ReadResult(str(r["text"]), bool(r["binary"]), r.get("lines"), r.get("start"),
+                          r.get("end"), bool(r.get("more")))
 
-    def write_file(self, path: str, data: bytes, mode: str | None = None) -> WriteResult:
-        r = self.request("write", data, path=path, mode=mode)
+    def write_file(self, path: str, data: bytes, mode: str | None = None,
+                   exact: bool = False) -> WriteResult:
+        r = self.request("write", data, path=path, mode=mode, exact=exact)
         return WriteResult(str(r["status"]), str(r["summary"]), r.get("diff"))
 
-    def delete_file(self, path: str) -> str:
-        return str(self.request("delete", path=path)["summary"])
+    def delete_file(self, path: str, exact: bool = False) -> str:
+        return str(self.request("delete", path=path, exact=exact)["summary"])
 
     def list_files(self, path: str | None = None) -> list[str]:
         return [str(f) for f in self.request("list", path=path)["files"]]
 
     def run(self, command: str, timeout: float) -> CommandResult:
-        r = self.request("run", cmd=command, timeout=timeout, env=self._env)
+        r = self.request("run", cmd=command, timeout=timeout, env=self._env,
+                         seconds=timeout + COMMAND_MARGIN_S)
         return CommandResult(command, int(r["exit_code"]), bool(r["timed_out"]), str(r["output"]),
                              int(r["total_bytes"]), bool(r["truncated"]), float(r["seconds"]))
 

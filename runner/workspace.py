@@ -22,8 +22,10 @@ Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
 
 
 class WorkState:
-    def __init__(self, repo: Repo, opener: Opener, base_tree: str, source: str) -> None:
+    def __init__(self, repo: Repo, opener: Opener, base_tree: str, source: str,
+                 max_file_size: int) -> None:
         self.repo = repo
+        self.max_file_size = max_file_size
         self._open = opener
         self._box: Sandbox | None = None
         self.base_tree = base_tree
@@ -68,9 +70,10 @@ class WorkState:
         sandbox gets the change too; one opened later loads it with the tree."""
         if self._box is not None:
             if entry is None:
-                self._box.delete_file(path)
+                self._box.delete_file(path, exact=True)
             else:
-                self._box.write_file(path, self.repo.blob(entry.sha), entry.mode)
+                self._box.write_file(path, self.repo.blob(entry.sha, self.max_file_size),
+                                     entry.mode, exact=True)
         self._changes[path] = FileChange(path, entry)
 
     def write_file(self, path: str, content: str) -> str:
@@ -91,7 +94,11 @@ class WorkState:
         return summary
 
     def read_file(self, path: str, offset: int | None, limit: int | None) -> str:
-        return self.box.read_file(_checked(path), offset, limit).text
+        page = self.box.read_file(_checked(path), offset, limit)
+        if not page.more or page.end is None:
+            return page.text
+        return (f"{page.text}[showing lines {page.start}-{page.end} of {page.lines}; call "
+                f"read_file with offset={page.end + 1} to read on]")
 
     def list_files(self, path: str | None) -> str:
         files = self.box.list_files(_checked(path) if path else None)

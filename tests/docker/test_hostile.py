@@ -26,7 +26,7 @@ def test_the_sandbox_is_isolated(backend: DockerBackend) -> None:
         assert info["uid"] == 10001 and info["problems"] == []
         result = box.run("id -u; cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs)'; "
                          "ls /sys/class/net; test -S /var/run/docker.sock && echo SOCKET", 10)
-        assert result.output.split() == ["10001", "CapEff:", "0000000000000000",
+        assert result.output.split() == ["10002", "CapEff:", "0000000000000000",
                                          "NoNewPrivs:", "1", "lo"]
 
 
@@ -114,7 +114,7 @@ def test_a_symlink_out_of_the_workspace_in_the_repository(tmp_path: Path,
     tree = repo.make_tree(tree, [FileChange("escape", TreeEntry("120000", link_blob))])
     with backend.open("t") as box:
         box.load_tree(repo.tree_tar(tree, 1 << 20))
-        state = WorkState(repo, lambda _: box, tree, repo.resolve("main"))
+        state = WorkState(repo, lambda _: box, tree, repo.resolve("main"), 1 << 20)
         with pytest.raises(ToolFailure, match="outside the workspace"):
             state.read_file("escape/passwd", None, None)
         with pytest.raises(ToolFailure, match="symlink"):
