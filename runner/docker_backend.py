@@ -338,7 +338,7 @@ class DockerBackend:
 
     def describe(self) -> str:
         s = self.settings
-        return (f"docker (image {self.image}, network none, uid {UID}, memory "
+        return (f"docker (image {self.image}, network none, uids {UID}/{COMMAND_UID}, memory "
                 f"{human_bytes(s.memory)}, pids {s.pids})")
 
     def create_kwargs(self, label: str) -> dict[str, Any]:
