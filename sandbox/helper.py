@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import IO, Any, Callable, Dict, Iterator
+from typing import IO, Any, Callable, Dict, Iterable, Iterator
 
 Response = Dict[str, Any]
 
@@ -187,14 +187,19 @@ def read_page(handle: IO[bytes], offset: int | None, limit: int | None) -> Respo
     lines costs one pass, not its size in memory): at most `limit` (and PAGE_LINES) lines and
     PAGE_BYTES bytes from line `offset`; a line longer than LINE_CHARS is cut, and says so.
     None when the file is binary (a NUL byte near the start, or a shown line not UTF-8)."""
-    if b"\0" in handle.read(8192):
+    head = handle.read(PAGE_BYTES + 1)
+    if b"\0" in head[:8192]:
         return None
-    handle.seek(0)
     start = max(1, int(offset or 1))
     wanted = min(PAGE_LINES, max(1, int(limit))) if limit else PAGE_LINES
+    if len(head) <= PAGE_BYTES:  # a small file (most): read at once
+        rows: Iterable[bytes] = io.BytesIO(head)
+    else:
+        handle.seek(0)
+        rows = handle
     out: list[str] = []
     size, end, total, full = 0, start - 1, 0, False
-    for raw in handle:
+    for raw in rows:
         total += 1
         if total < start or full:
             continue
