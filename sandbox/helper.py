@@ -450,8 +450,9 @@ class Helper:
                 skip(stream, size)
                 continue
             parent = os.path.join(self.ws.root, *name.split("/")[:-1])
-            if parent in made:
-                target = os.path.join(parent, name.rsplit("/", 1)[-1])
+            leaf = name.rsplit("/", 1)[-1]
+            if parent in made and leaf not in ("", ".", "..", ".git"):
+                target = os.path.join(parent, leaf)
             else:
                 target = self.ws.for_write(name, exact=True)
                 make_dirs(os.path.dirname(target))

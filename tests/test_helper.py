@@ -122,3 +122,8 @@ def test_unknown_operations_and_bad_requests_are_answered(box: HelperSandbox) ->
     with pytest.raises(ToolFailure, match="bad request"):
         box.request("read")
     assert box.read_file("src/app.py").lines == 50  # still serving
+
+
+def test_a_tree_with_a_top_level_git_entry_is_refused(box: HelperSandbox) -> None:
+    with pytest.raises(ToolFailure, match=r"\.git"):
+        box.load_tree(tar_of({".git": b"gitdir: /etc\n"}))
