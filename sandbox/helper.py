@@ -23,6 +23,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ PAGE_LINES = 2000  # lines in one read_file answer at most
 PAGE_BYTES = 128 * 1024  # bytes in one read_file answer at most
 LINE_CHARS = 4000  # characters of one line shown at most
 READ_MAX = 256 * 1024 * 1024  # the largest file read_file opens
+LIST_MAX = 20_000  # names in one list_files answer at most
 HEAD_BYTES = 24 * 1024
 TAIL_BYTES = 24 * 1024
 DIFF_FLOOR = 10  # changed lines at or under which a write is always "small"
@@ -120,6 +122,15 @@ def dotgit(name: str) -> bool:
         rest = folded[4:]
         return rest.strip(". ") == "" or rest.startswith(":")
     return False
+
+
+def regular_size(path: str, rel: str) -> int:
+    """The size of a regular file; anything else (a FIFO, a socket, a device a build left) is
+    refused rather than opened, which could block."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"{rel} is not a regular file (a FIFO, socket or device); not opened")
+    return info.st_size
 
 
 def make_dirs(path: str) -> None:
@@ -471,7 +482,7 @@ class Helper:
         if os.path.isdir(path):
             raise ToolError(f"{req['path']} is a directory; use list_files")
         try:
-            size = os.path.getsize(path)
+            size = regular_size(path, req["path"])
             if size > READ_MAX:
                 raise ToolError(f"{req['path']} is {human_size(size)}, too large to read "
                                 f"(at most {human_size(READ_MAX)})")
@@ -491,7 +502,8 @@ class Helper:
         if req.get("mode") == "120000":
             return self._symlink(req["path"], path, payload.decode("utf-8", "surrogateescape"))
         old = None
-        if os.path.exists(path):
+        if os.path.lexists(path):
+            regular_size(path, req["path"])  # never open a FIFO a build left: it would block
             with open(path, "rb") as handle:
                 old = handle.read()
         result = write_summary(req["path"], old, payload)
@@ -514,10 +526,16 @@ class Helper:
     def op_list(self, req: Response, payload: bytes) -> Response:
         base = self.ws.for_read(req["path"]) if req.get("path") else self.ws.root
         found: list[str] = []
+        omitted = 0
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(d for d in dirnames if d != ".git")
             for name in sorted(filenames):
-                found.append(self.ws.relative(os.path.join(dirpath, name)))
+                if len(found) < LIST_MAX:
+                    found.append(self.ws.relative(os.path.join(dirpath, name)))
+                else:
+                    omitted += 1
+        if omitted:  # a build that made a million files cannot make one huge answer
+            found.append(f"[... {omitted} more names not listed: list a subdirectory]")
         return {"files": found}
 
     def op_run(self, req: Response, payload: bytes) -> Response:

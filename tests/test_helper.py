@@ -127,3 +127,18 @@ def test_unknown_operations_and_bad_requests_are_answered(box: HelperSandbox) ->
 def test_a_tree_with_a_top_level_git_entry_is_refused(box: HelperSandbox) -> None:
     with pytest.raises(ToolFailure, match=r"\.git"):
         box.load_tree(tar_of({".git": b"gitdir: /etc\n"}))
+
+
+def test_a_fifo_left_by_a_build_is_refused_not_opened(box: HelperSandbox) -> None:
+    assert box.run("mkfifo pipe", 10).passed
+    with pytest.raises(ToolFailure, match="not a regular file"):
+        box.read_file("pipe")
+    with pytest.raises(ToolFailure, match="not a regular file"):
+        box.write_file("pipe", b"x")
+    assert box.delete_file("pipe") == "Deleted pipe"
+
+
+def test_list_files_answers_a_bounded_number_of_names(box: HelperSandbox) -> None:
+    assert box.run("mkdir many && cd many && seq 20005 | xargs touch", 60).passed
+    names = box.list_files("many")
+    assert len(names) == 20_001 and names[-1].startswith("[... 5 more names not listed")
