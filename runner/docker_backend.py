@@ -318,7 +318,20 @@ class DockerSandbox(HelperSandbox):
         self.container_id = container_id
 
     def run(self, command: str, timeout: float) -> CommandResult:
-        return self._backend.run_command(self.container_id, command, timeout)
+        result = self._backend.run_command(self.container_id, command, timeout)
+        if result.exit_code >= 128 or result.exit_code < 0:
+            self._still_alive(command)
+        return result
+
+    def _still_alive(self, command: str) -> None:
+        """A command killed by a signal: was the whole sandbox killed (removed by `clean`, the
+        engine stopping)? Then that is the failure, not the command's."""
+        try:
+            self.hello()
+        except (SandboxError, ToolFailure):
+            raise SandboxError(f"the sandbox container stopped while `{command}` ran",
+                               "Was it removed (`retcon-sandbox clean --all`, `docker rm`), or "
+                               "did the engine stop? Rerun to resume.") from None
 
 
 class DockerBackend:

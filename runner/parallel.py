@@ -116,7 +116,6 @@ class Pool:
         if started is not None:
             started(item)
         with self.backend.open(item.label) as box:
-            with self._git:
-                tar = self.repo.tree_tar(item.tree, self.max_file_size)
-            box.load_tree(tar)
+            with self._git:  # the tree is read from git as it streams in: one at a time
+                box.load_tree(self.repo.tree_tar(item.tree, self.max_file_size))
             return run_stages(lambda: box, self.verifier.commands)

@@ -723,6 +723,8 @@ def serve(helper: Helper, stdin: IO[bytes], stdout: IO[bytes]) -> None:
             response = {"ok": False, "error": f"bad request: {exc}"}
         except RecursionError:
             response = {"ok": False, "error": "a path or structure is nested too deeply"}
+        except EOFError:  # the host closed our input: nothing more to answer
+            return
         response["id"] = req.get("id") if isinstance(req, dict) else None
         stdout.write(json.dumps(response).encode() + b"\n")
         stdout.flush()
