@@ -319,13 +319,14 @@ class DockerSandbox(HelperSandbox):
 
     def run(self, command: str, timeout: float) -> CommandResult:
         result = self._backend.run_command(self.container_id, command, timeout)
-        if result.exit_code >= 128 or result.exit_code < 0:
+        if result.exit_code >= 126 or result.exit_code < 0:
             self._still_alive(command)
         return result
 
     def _still_alive(self, command: str) -> None:
-        """A command killed by a signal: was the whole sandbox killed (removed by `clean`, the
-        engine stopping)? Then that is the failure, not the command's."""
+        """A command that could not run (126, 127: also what a failed exec reports) or was
+        killed by a signal: was the whole sandbox killed (removed by `clean`, the engine
+        stopping)? Then that is the failure, not the command's."""
         try:
             self.hello()
         except (SandboxError, ToolFailure):
@@ -481,7 +482,11 @@ class DockerBackend:
                 environment={**self.env, "RETCON_SANDBOX_SUPERVISE": "1"})["Id"]
             return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
         except docker.errors.DockerException as exc:
-            raise SandboxError(f"cannot start a command in the sandbox: {_first_line(exc)}"
+            if not self.engine.is_running(container_id):
+                raise SandboxError("the sandbox container stopped before a command could start",
+                                   "Was it removed (`retcon-sandbox clean --all`, `docker rm`), "
+                                   "or did the engine stop? Rerun to resume.") from None
+            raise SandboxError(f"the sandbox could not start a command: {_first_line(exc)}"
                                ) from None
 
     def _kill_commands(self, container_id: str) -> None:

@@ -190,7 +190,7 @@ class HelperSandbox:
                                    "to handle in time. Rerun to resume; if it happens again, "
                                    "check what the build leaves in the workspace.") from None
         except OSError as exc:
-            raise SandboxError(f"lost the sandbox helper: {exc}",
+            raise SandboxError(f"the sandbox helper was lost: {exc}",
                                self._transport.describe_failure()) from None
         finally:
             self._transport.set_deadline(None)

@@ -7,11 +7,13 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
+from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.sandbox_api import HelperSandbox
 from tests.conftest import CLI, NEUTRAL, Result
 from tests.docker.conftest import build_test_image
@@ -200,3 +202,20 @@ def test_a_large_blob_streams_or_is_refused_by_size(tmp_path: Path, allowed: boo
         assert result.code == 1, result.out + result.err
         assert "zeros.bin is 419430400 bytes, over the largest file the host reads" in result.err
         assert "max_file_size" in result.err
+
+
+def test_a_sandbox_removed_under_a_run_is_a_sandbox_failure(engine: DockerEngine,
+                                                            backend: DockerBackend) -> None:
+    """Not a command failure for the model to fix: whichever way the removal lands."""
+    with backend.open("t") as box:
+        engine.remove_container(box.container_id)
+        with pytest.raises(SandboxError, match="the sandbox container stopped"):
+            box.run("true", 10)
+    with backend.open("t") as box:
+        killer = threading.Timer(1.0, engine.remove_container, (box.container_id,))
+        killer.start()
+        try:
+            with pytest.raises(SandboxError, match="the sandbox container stopped"):
+                box.run("sleep 30", 60)
+        finally:
+            killer.join()
