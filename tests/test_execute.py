@@ -348,3 +348,13 @@ def test_squash_folds_remaining_changes_into_the_commits_they_belong_to(tmp_path
     assert "tests/test_validation.py" in first and "shop/discounts.py" not in first
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
     assert_every_commit_passes(demo, tmp_path)
+
+
+def test_demo_run_from_inside_another_repository(tmp_path: Path) -> None:
+    """README command 1 runs in the checkout: the demo works on its own repository, not on the
+    one containing the current directory."""
+    outer = tmp_path / "checkout"
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    result = cli("demo", "--sandbox", "local", "--directory", str(tmp_path / "demo"), cwd=outer)
+    assert result.code == 0, result.out + result.err
+    assert "Tree check: feature-clean == feature ✓" in result.out

@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  main: the shop; feature: {len(demo_project.MESSY)} messy commits on top")
     print(f"  spec: {spec}\n")
     code = execute.execute(execute.ExecuteOptions(
-        spec=spec, model=args.model, base_url=args.base_url, model_timeout=args.model_timeout,
-        sandbox=args.sandbox, non_interactive=True))
+        spec=spec, repo=target, model=args.model, base_url=args.base_url,
+        model_timeout=args.model_timeout, sandbox=args.sandbox, non_interactive=True))
     repo = Repo(target)
     print("\n" + side_by_side(repo))
     same = repo.tree_of("feature") == repo.tree_of("feature-clean")
