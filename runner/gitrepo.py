@@ -356,8 +356,8 @@ class Repo:
         sizes = self.blob_sizes(sorted({entry.sha for _, entry in items}))
         for path, entry in items:
             if sizes.get(entry.sha, 0) > max_file_size:
-                raise GitError(f"{path} is {sizes[entry.sha]} bytes, over the largest file the "
-                               f"host reads ({max_file_size} bytes)",
+                raise GitError(f"{sanitize_name(path)} is {sizes[entry.sha]} bytes, over the "
+                               f"largest file the host reads ({max_file_size} bytes)",
                                "Raise [sandbox] max_file_size if you trust this repository.")
         return TarStream(self._tar_blocks(items, sizes), len(items))
 
