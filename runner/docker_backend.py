@@ -152,7 +152,8 @@ class DockerEngine:
         else:
             selector = list(labels)
         try:
-            found = self.client.containers.list(all=True, filters={"label": selector})
+            found = self.client.containers.list(all=True, ignore_removed=True,
+                                                filters={"label": selector})
             for container in found:
                 with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True, v=True)
@@ -163,7 +164,8 @@ class DockerEngine:
     def sandbox_containers(self) -> dict[str, dict[str, str]]:
         """Every sandbox container on the engine, by id, with its labels."""
         try:
-            found = self.client.containers.list(all=True, filters={"label": LABEL_RUN})
+            found = self.client.containers.list(all=True, ignore_removed=True,
+                                                filters={"label": LABEL_RUN})
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot list containers: {_first_line(exc)}") from None
         return {str(c.id): dict(c.labels or {}) for c in found}
@@ -178,7 +180,8 @@ class DockerEngine:
                                f"{_first_line(exc)}") from None
 
     def count_containers(self, label: str) -> int:
-        return len(self.client.containers.list(all=True, filters={"label": label}))
+        return len(self.client.containers.list(all=True, ignore_removed=True,
+                                               filters={"label": label}))
 
 
 class ExecStream:

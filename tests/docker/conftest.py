@@ -29,7 +29,8 @@ def engine() -> DockerEngine:
 def ours(engine: DockerEngine, base: Path) -> list[str]:
     """Sandbox containers of this test session: their spec lives under its base directory (so
     sessions running side by side on one engine do not count each other's)."""
-    found = engine.client.containers.list(all=True, filters={"label": LABEL_RUN})
+    found = engine.client.containers.list(all=True, ignore_removed=True,
+                                          filters={"label": LABEL_RUN})
     return [str(c.id) for c in found if c.labels.get(LABEL_SPEC, "").startswith(str(base))]
 
 
