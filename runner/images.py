@@ -27,6 +27,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from retcon_sandbox.docker_backend import DockerEngine
+from retcon_sandbox.envsetup import ENV_NAME, LABEL_ENV_BASE
 from retcon_sandbox.errors import ImageError
 from retcon_sandbox.resources import dockerfiles
 
@@ -60,6 +61,7 @@ CATALOG = {
     "base": ImageDef("base", None, "Debian 12, python3 with a venv first on PATH, pytest, git, "
                      "gcc, make"),
     "node": ImageDef("node", "base", "base plus Node.js and npm"),
+    "rust": ImageDef("rust", "base", "base plus Rust and cargo (rustc-web, a current release)"),
 }
 
 
@@ -187,13 +189,29 @@ def listing(engine: DockerEngine) -> list[Listed]:
                            "current" if current in present else "not built"))
         rows += [Listed(definition.name, t, "stale") for t in sorted(present)
                  if t.startswith(definition.repository + ":") and t != current]
+    return rows + environments(engine, present)
+
+
+def environments(engine: DockerEngine, present: set[str]) -> list[Listed]:
+    """Prepared environments (`[sandbox] setup`): stale when their base image is gone, or is
+    one of ours that is no longer current."""
+    rows = []
+    current = {d.repository: d.tag for d in CATALOG.values()}
+    for tag in sorted(t for t in present if t.startswith(f"{prefix()}/{ENV_NAME}:")):
+        base = engine.image_labels(tag).get(LABEL_ENV_BASE, "")
+        repository = base.rpartition(":")[0]
+        stale = not base or not engine.has_image(base) or current.get(repository, base) != base
+        rows.append(Listed(ENV_NAME, tag, f"{'stale ' if stale else ''}prepared environment "
+                           f"(from {base or 'an unknown image'})"))
     return rows
 
 
-def prune(engine: DockerEngine, progress: Progress) -> list[str]:
-    """Remove our images whose tags are not current (built from older inputs)."""
-    stale = [row.tag for row in listing(engine) if row.state == "stale"]
-    for tag in stale:
+def prune(engine: DockerEngine, progress: Progress, environments: bool = False) -> list[str]:
+    """Remove our images whose tags are not current (built from older inputs), prepared
+    environments whose base is stale, and with `environments`, every prepared environment."""
+    stale = [row.tag for row in listing(engine) if row.state.startswith("stale")
+             or (environments and row.name == ENV_NAME)]
+    for tag in reversed(stale):  # prepared environments before the images they came from
         engine.remove_image(tag)
         progress(f"Removed {tag}")
     return stale
