@@ -27,6 +27,7 @@ from retcon_sandbox.errors import (
     UsageError,
     internal_error,
 )
+from retcon_sandbox.hostaccess import SETUP_NETWORKS
 from retcon_sandbox.report import JsonReporter
 from retcon_sandbox.text import sanitize
 
@@ -90,6 +91,12 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-pull", action="store_true",
                         help="let the engine pull an image that is not present and not ours "
                         "(never done otherwise)")
+    parser.add_argument("--setup-network", choices=SETUP_NETWORKS, default="registries",
+                        help="what [sandbox] setup may reach: the package registries only "
+                        "(default), the full network, or nothing")
+    parser.add_argument("--setup-registry", action="append", metavar="HOST",
+                        help="let setup also reach HOST (a private index or mirror; "
+                        "\".example.com\" for every host under it; repeatable)")
 
 
 def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
@@ -194,7 +201,11 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
     build.add_argument("names", nargs="*", metavar="NAME", help="images to build (default: all)")
     images.add_parser("bootstrap", help="make a Debian base with debootstrap and docker import")
     images.add_parser("list", help="list the images and whether each is current")
-    images.add_parser("prune", help="remove images built from older inputs")
+    prune = images.add_parser("prune", help="remove images built from older inputs, and "
+                              "prepared environments whose base image is gone or stale")
+    prune.add_argument("--environments", action="store_true",
+                       help="also remove every prepared environment ([sandbox] setup prepares "
+                       "them again when needed)")
     p.set_defaults(command="images")
 
 

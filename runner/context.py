@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from retcon_sandbox import provenance
+from retcon_sandbox.envsetup import Environments
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.gitrepo import Repo, TreeEntry
 from retcon_sandbox.history import (
@@ -60,6 +61,7 @@ class Run:
     report: Reporter
     options: RunOptions
     settings: SandboxSettings
+    envs: Environments
     ask: AskNote | None = None
     source: str = ""
     base: str = ""
@@ -95,19 +97,27 @@ class Run:
     @contextlib.contextmanager
     def sandbox(self, label: str, number: int | None = None) -> Iterator[WorkState]:
         """A working state on the cleaned branch's tip (for commit `number`, if it is one
-        commit's); its sandbox opens on first use and is removed when the block exits."""
+        commit's); its sandbox opens on first use, from the environment prepared for the tree
+        it holds, and is removed when the block exits (or when another one replaces it)."""
         with contextlib.ExitStack() as stack:
+            current: list[contextlib.ExitStack] = []
+
             def open_box(tree: str) -> Sandbox:
+                for previous in current:
+                    previous.close()
+                current.clear()
+                inner = stack.enter_context(contextlib.ExitStack())
+                current.append(inner)
                 started = time.monotonic()
-                box = stack.enter_context(self.backend.open(label))
-                files = box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+                opened = inner.enter_context(self.envs.sandbox(label, tree))
                 where = {} if number is None else {"number": number}
-                self.report.emit("sandbox", **where, files=files,
-                                 seconds=time.monotonic() - started)
-                return box
+                self.report.emit("sandbox", **where, files=opened.files,
+                                 seconds=time.monotonic() - started,
+                                 environment=opened.environment)
+                return opened.box
 
             yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
-                            self.settings.max_file_size)
+                            self.settings.max_file_size, self.envs.key)
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import socket
+import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,7 +28,7 @@ import docker.errors
 
 from retcon_sandbox import liveness
 from retcon_sandbox.errors import ImageError, SandboxError
-from retcon_sandbox.resources import helper_source
+from retcon_sandbox.resources import egress_source, helper_source
 from retcon_sandbox.sandbox_api import (
     COMMAND_MARGIN_S,
     LINE_CAP,
@@ -47,6 +49,12 @@ GID = 10000  # shared by both, on /workspace (setgid, group-writable)
 STDERR_CAP = 64 * 1024
 FRAME_CAP = 64 * 1024 * 1024
 KILL_GRACE_S = 10.0
+PROXY_PORT = 3128
+PROXY_ALIAS = "retcon-proxy"
+PROXY_READY_S = 20.0
+CA_PATH = "/etc/retcon-sandbox/ca.pem"  # the host's CA bundle, in a setup container only
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS",
+                "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
 
 
 class DockerEngine:
@@ -130,6 +138,15 @@ class DockerEngine:
         except docker.errors.DockerException:
             return False
 
+    def image_labels(self, name: str) -> dict[str, str]:
+        try:
+            config = self.client.images.get(name).attrs.get("Config") or {}
+        except docker.errors.ImageNotFound:
+            return {}
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        return {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
+
     def image_volumes(self, name: str) -> list[str]:
         """The paths an image declares as VOLUMEs."""
         try:
@@ -160,6 +177,25 @@ class DockerEngine:
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
         return len(found)
+
+    def remove_networks(self, labels: dict[str, str]) -> None:
+        """The setup networks a killed run left (with their containers gone)."""
+        for network_id in self.sandbox_networks(labels):
+            self.remove_network(network_id)
+
+    def sandbox_networks(self, labels: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+        """The setup networks on the engine (those of runs on one spec, with `labels`)."""
+        selector = [f"{k}={v}" for k, v in labels.items()] if labels else [LABEL_RUN]
+        try:
+            found = self.client.networks.list(filters={"label": selector})
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot list networks: {_first_line(exc)}") from None
+        return {str(n.id): dict(n.attrs.get("Labels") or {}) for n in found}
+
+    def remove_network(self, network_id: str) -> None:
+        """A network still in use (its run is alive) stays."""
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self.client.networks.get(network_id).remove()
 
     def sandbox_containers(self) -> dict[str, dict[str, str]]:
         """Every sandbox container on the engine, by id, with its labels."""
@@ -314,17 +350,31 @@ class DockerSandbox(HelperSandbox):
     """File tools through the helper; each command in a `docker exec` of its own, under the
     commands' uid, read and capped by the host (see `DockerBackend.run_command`)."""
 
-    def __init__(self, transport: ExecTransport, backend: DockerBackend, container_id: str
-                 ) -> None:
-        super().__init__(transport, backend.env)
+    def __init__(self, transport: ExecTransport, backend: DockerBackend, container_id: str,
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(transport, backend.env if env is None else env)
         self._backend = backend
         self.container_id = container_id
 
-    def run(self, command: str, timeout: float) -> CommandResult:
-        result = self._backend.run_command(self.container_id, command, timeout)
+    def run(self, command: str, timeout: float,
+            on_output: Callable[[bytes], None] | None = None) -> CommandResult:
+        result = self._backend.run_command(self.container_id, command, timeout, self._env,
+                                           on_output)
         if result.exit_code >= 126 or result.exit_code < 0:
             self._still_alive(command)
         return result
+
+    def prepare_workspace(self, git: bool, tag: str | None) -> CommandResult:
+        """The git metadata (a repository of one commit, tagged `tag`), then what a setup left
+        in the workspace: as the commands' uid, which then owns them."""
+        args = ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else [])]
+        return self._backend.run_command(self.container_id, "prepare the workspace",
+                                         COMMAND_MARGIN_S * 4, self._env, helper_args=args)
+
+    def snapshot(self) -> CommandResult:
+        return self._backend.run_command(self.container_id, "keep what setup made",
+                                         COMMAND_MARGIN_S * 20, self._env,
+                                         helper_args=["--snapshot"])
 
     def _still_alive(self, command: str) -> None:
         """A command that could not run (126, 127: also what a failed exec reports) or was
@@ -352,16 +402,17 @@ class DockerBackend:
         self._environment: str | None = None
         self._volumes: list[str] | None = None
         self.owner = liveness.labels_of(liveness.this_process())  # for `clean`
+        self.proxy_log: Callable[[], str] = lambda: ""  # the last setup's egress decisions
 
     def describe(self) -> str:
         s = self.settings
         return (f"docker (image {self.image}, network none, uids {UID}/{COMMAND_UID}, memory "
                 f"{human_bytes(s.memory)}, pids {s.pids})")
 
-    def create_kwargs(self, label: str) -> dict[str, Any]:
+    def create_kwargs(self, label: str, image: str | None = None) -> dict[str, Any]:
         s = self.settings
         return {
-            "image": self.image,
+            "image": image or self.image,
             "entrypoint": ["sleep"],  # the image's ENTRYPOINT never runs
             "command": ["infinity"],
             "user": f"{UID}:{GID}",
@@ -399,20 +450,63 @@ class DockerBackend:
                 if path not in ("/workspace", "/tmp")}
 
     @contextlib.contextmanager
-    def open(self, label: str) -> Iterator[DockerSandbox]:
-        client = self.engine.client
+    def open(self, label: str, image: str | None = None) -> Iterator[DockerSandbox]:
+        """A fresh sandbox from `image` (a prepared environment) or the run's image."""
+        with self._sandbox(self.create_kwargs(label, image)) as box:
+            yield box
+
+    @contextlib.contextmanager
+    def open_setup(self, label: str, network: str, registries: tuple[str, ...],
+                   ca_bundle: bytes | None) -> Iterator[DockerSandbox]:
+        """A sandbox for `[sandbox] setup`: hardened like any other, but its root is writable
+        (it becomes the prepared image) and it has the network `network` names: `registries`
+        (an internal network whose only way out is the egress proxy), `full` or `none`. The
+        host's CA bundle and the proxy reach the setup's commands only, never the image."""
+        with contextlib.ExitStack() as stack:
+            kwargs = {**self.create_kwargs(label), "read_only": False}
+            env = dict(self.env)
+            if network == "registries":
+                kwargs.pop("network_mode")
+                kwargs["network"], proxy = stack.enter_context(self._egress(registries))
+                env.update(proxy_variables(proxy))
+            elif network == "full":
+                kwargs["network_mode"] = "bridge"
+            if ca_bundle is not None:
+                env.update(dict.fromkeys(CA_VARIABLES, CA_PATH))
+            box = stack.enter_context(self._sandbox(kwargs, env, ca_bundle,
+                                                    network_allowed=network != "none"))
+            yield box
+
+    def commit_image(self, box: DockerSandbox, repository: str, tag: str,
+                     labels: dict[str, str]) -> None:
+        """The setup container as an image (its tmpfs mounts are not part of it)."""
         try:
-            container = client.containers.create(**self.create_kwargs(label))
+            container = self.engine.client.containers.get(box.container_id)
+            container.commit(repository=repository, tag=tag, conf={"Labels": labels})
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot keep the prepared environment as {repository}:{tag}: "
+                               f"{_first_line(exc)}") from None
+
+    @contextlib.contextmanager
+    def _sandbox(self, kwargs: dict[str, Any], env: dict[str, str] | None = None,
+                 ca_bundle: bytes | None = None, network_allowed: bool = False
+                 ) -> Iterator[DockerSandbox]:
+        client = self.engine.client
+        image = str(kwargs["image"])
+        try:
+            container = client.containers.create(**kwargs)
         except docker.errors.ImageNotFound:
-            raise ImageError(f"image {self.image} is not available",
+            raise ImageError(f"image {image} is not available",
                              "Run `retcon-sandbox images build`, or name another image with "
                              "--image.") from None
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot create a sandbox container: {_first_line(exc)}") from None
         box: DockerSandbox | None = None
         try:
+            if ca_bundle is not None:
+                container.put_archive("/", _ca_tar(ca_bundle))
             container.start()
-            box = self._start_helper(str(container.id))
+            box = self._start_helper(str(container.id), image, env, network_allowed)
             yield box
         except docker.errors.DockerException as exc:
             raise SandboxError(f"the sandbox container failed: {_first_line(exc)}") from None
@@ -422,20 +516,59 @@ class DockerBackend:
             with contextlib.suppress(docker.errors.DockerException):
                 container.remove(force=True, v=True)
 
-    def _start_helper(self, container_id: str) -> DockerSandbox:
+    @contextlib.contextmanager
+    def _egress(self, registries: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+        """An internal network whose only way out is the egress proxy (`sandbox/egress.py`),
+        itself on an ordinary network: (the internal network's name, the proxy's URL)."""
+        client = self.engine.client
+        labels = {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path, **self.owner}
+        suffix = uuid.uuid4().hex[:10]
+        with contextlib.ExitStack() as stack:
+            try:
+                outside = client.networks.create(f"retcon-egress-{suffix}", driver="bridge",
+                                                 labels=labels)
+                stack.callback(_quietly, outside.remove)
+                inside = client.networks.create(f"retcon-setup-{suffix}", driver="bridge",
+                                                internal=True, labels=labels)
+                stack.callback(_quietly, inside.remove)
+                proxy = client.containers.create(
+                    image=self.image, entrypoint=["python3"],
+                    command=["-I", "-c", egress_source(), str(PROXY_PORT), *registries],
+                    user=f"{UID}:{GID}", network=outside.name, cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"], read_only=True,
+                    tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, pids_limit=64,
+                    mem_limit=256 * 1024 * 1024, init=True, environment={},
+                    labels={**labels, "retcon-sandbox.step": "egress proxy"}, detach=True)
+                stack.callback(_quietly, lambda: proxy.remove(force=True, v=True))
+                inside.connect(proxy, aliases=[PROXY_ALIAS])
+                proxy.start()
+                _wait_listening(proxy)
+            except docker.errors.DockerException as exc:
+                raise SandboxError(f"cannot set up the setup's network: {_first_line(exc)}",
+                                   "The engine must be able to create networks; or give "
+                                   "--setup-network full (or none).") from None
+            self.proxy_log = lambda: _logs(proxy)
+            yield str(inside.name), f"http://{PROXY_ALIAS}:{PROXY_PORT}"
+
+    def _start_helper(self, container_id: str, image: str | None = None,
+                      env: dict[str, str] | None = None, network_allowed: bool = False
+                      ) -> DockerSandbox:
         api = self.engine.client.api
+        image = image or self.image
         exec_id = api.exec_create(container_id, ["python3", "-I", "-c", helper_source(),
-                                                 "--workspace", "/workspace"],
+                                                 "--workspace", "/workspace",
+                                                 *(["--network-allowed"] if network_allowed
+                                                   else [])],
                                   stdin=True, stdout=True, stderr=True, user=f"{UID}:{GID}",
                                   workdir="/workspace")["Id"]
         transport = ExecTransport(api, exec_id, api.exec_start(exec_id, socket=True))
-        box = DockerSandbox(transport, self, container_id)
+        box = DockerSandbox(transport, self, container_id, env)
         try:
-            check_isolation(box, f"the container from {self.image}")
+            check_isolation(box, f"the container from {image}")
         except (SandboxError, ToolFailure) as exc:
             if transport.exit_code() in (126, 127):
                 raise SandboxError(
-                    f"image {self.image} has no python3, which the in-container helper needs",
+                    f"image {image} has no python3, which the in-container helper needs",
                     "Use an image with python3 (3.8 or newer), e.g. one built from images/ by "
                     "`retcon-sandbox images build`.") from None
             if isinstance(exc, SandboxError):
@@ -445,21 +578,27 @@ class DockerBackend:
 
     # -- commands: one exec each, under the commands' uid ---------------------------------
 
-    def run_command(self, container_id: str, command: str, timeout: float) -> CommandResult:
+    def run_command(self, container_id: str, command: str, timeout: float,
+                    env: dict[str, str] | None = None,
+                    on_output: Callable[[bytes], None] | None = None,
+                    helper_args: list[str] | None = None) -> CommandResult:
         """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
         host reads and caps its output; past the timeout plus a margin, every process of that
-        uid is killed; if even that fails, the container is removed (SandboxError)."""
+        uid is killed; if even that fails, the container is removed (SandboxError).
+        `helper_args`: one of the helper's own modes (--prepare, --snapshot) instead."""
         started = time.monotonic()
-        exec_id, stream = self._exec_command(container_id, command, timeout)
+        argv = helper_args if helper_args is not None else ["--run", str(timeout), command]
+        exec_id, stream = self._exec_command(container_id, argv,
+                                             self.env if env is None else env)
         capture = OutputCapture()
         stream.deadline = started + timeout + COMMAND_MARGIN_S
         overdue = False
         try:
-            overdue = _pump(stream, capture)
+            overdue = _pump(stream, capture, on_output)
             if overdue:
                 self._kill_commands(container_id)
                 stream.deadline = time.monotonic() + KILL_GRACE_S
-                if _pump(stream, capture):
+                if _pump(stream, capture, on_output):
                     raise SandboxError(f"`{command}` did not stop after its {timeout:.0f} s "
                                        "timeout, even when killed; the sandbox was removed",
                                        "Rerun to resume; the commit is verified again.")
@@ -473,16 +612,16 @@ class DockerBackend:
         return CommandResult(command, -9 if code is None else code, timed_out, capture.text(),
                              capture.total, capture.truncated, round(seconds, 3))
 
-    def _exec_command(self, container_id: str, command: str, timeout: float
+    def _exec_command(self, container_id: str, argv: list[str], env: dict[str, str]
                       ) -> tuple[str, ExecStream]:
         api = self.engine.client.api
         try:
             exec_id = api.exec_create(
                 container_id, ["python3", "-I", "-c", helper_source(), "--workspace",
-                               "/workspace", "--run", str(timeout), command],
+                               "/workspace", *argv],
                 stdin=False, stdout=True, stderr=True, user=f"{COMMAND_UID}:{GID}",
                 workdir="/workspace",
-                environment={**self.env, "RETCON_SANDBOX_SUPERVISE": "1"})["Id"]
+                environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})["Id"]
             return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
         except docker.errors.DockerException as exc:
             if not self.engine.is_running(container_id):
@@ -508,7 +647,9 @@ class DockerBackend:
                                "it was removed", "Rerun to resume.") from None
 
     def reap(self) -> int:
-        return self.engine.remove_containers({LABEL_SPEC: self.spec_path})
+        removed = self.engine.remove_containers({LABEL_SPEC: self.spec_path})
+        self.engine.remove_networks({LABEL_SPEC: self.spec_path})
+        return removed
 
     def environment(self) -> str:
         """The image's ID (a rebuilt image under the same tag is another environment), and the
@@ -525,14 +666,60 @@ class DockerBackend:
 TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its timeout
 
 
-def _pump(stream: ExecStream, capture: OutputCapture) -> bool:
+def _pump(stream: ExecStream, capture: OutputCapture,
+          on_output: Callable[[bytes], None] | None = None) -> bool:
     """Read a command's output to its end; True if the deadline passed first."""
     try:
         while (frame := stream.frame()) is not None:
             capture.add(frame[1])
+            if on_output is not None:
+                on_output(frame[1])
     except DeadlineExceeded:
         return True
     return False
+
+
+def proxy_variables(url: str) -> dict[str, str]:
+    return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+            "NO_PROXY": PROXY_ALIAS, "no_proxy": PROXY_ALIAS}
+
+
+def _ca_tar(bundle: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folder = tarfile.TarInfo(CA_PATH.rsplit("/", 1)[0].lstrip("/"))
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(folder)
+        info = tarfile.TarInfo(CA_PATH.lstrip("/"))
+        info.size, info.mode = len(bundle), 0o644
+        tar.addfile(info, io.BytesIO(bundle))
+    return buffer.getvalue()
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    with contextlib.suppress(docker.errors.DockerException):
+        action()
+
+
+def _logs(container: Any) -> str:
+    try:
+        return bytes(container.logs(stdout=False, stderr=True, tail=200)).decode(
+            "utf-8", "replace")
+    except docker.errors.DockerException:
+        return ""
+
+
+def _wait_listening(proxy: Any) -> None:
+    deadline = time.monotonic() + PROXY_READY_S
+    while time.monotonic() < deadline:
+        if "listening on" in _logs(proxy):
+            return
+        proxy.reload()
+        if proxy.status not in ("created", "running"):
+            break
+        time.sleep(0.1)
+    raise SandboxError("the setup's egress proxy did not start: " + _logs(proxy)[-500:],
+                       "Its image needs python3 3.8 or newer; or give --setup-network full.")
 
 
 def _first_line(exc: BaseException) -> str:

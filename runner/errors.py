@@ -49,6 +49,12 @@ class ConfigError(RetconError):
     kind = "config"
 
 
+class SetupError(ConfigError):
+    """`[sandbox] setup` failed: the environment cannot be prepared as configured."""
+
+    kind = "setup"
+
+
 class ConcurrentEditError(RetconError):
     """The spec was changed on disk in a way a save cannot merge."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -55,6 +56,9 @@ class FileChange:
 
     path: str
     entry: TreeEntry | None
+
+
+_TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")
 
 
 class Repo:
@@ -116,6 +120,15 @@ class Repo:
             return self._git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
         except GitError:
             return None
+
+    def describe_tag(self, rev: str) -> str | None:
+        """The nearest tag reachable from `rev` (`git describe --tags --abbrev=0`), if its name
+        is a plain version-like name; None otherwise."""
+        try:
+            tag = self._git("describe", "--tags", "--abbrev=0", rev)
+        except GitError:
+            return None
+        return tag if _TAG_NAME.fullmatch(tag) and ".." not in tag else None
 
     def merge_base(self, a: str, b: str) -> str:
         try:

@@ -1,6 +1,7 @@
 """What the command line, and only the command line, lets into a sandbox from the host: named
-environment variables (`--pass-env NAME`) and image pulls (`--allow-pull`). A spec cannot widen
-either: it may come from someone else.
+environment variables (`--pass-env NAME`), image pulls (`--allow-pull`), and what `[sandbox]
+setup` may reach (`--setup-network`, `--setup-registry`). A spec cannot widen any of them: it
+may come from someone else.
 
 A variable is refused when its name or its value looks like a credential, whatever it is called:
 a key, token or password in the value (`sk-…`, `ghp_…`, `AKIA…`, a private key, a JWT, a URL with
@@ -34,22 +35,57 @@ _SECRET_VALUE = re.compile(
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
 
 
+REGISTRIES = (
+    "pypi.org", "files.pythonhosted.org",  # PyPI
+    "registry.npmjs.org",  # npm
+    "crates.io", "index.crates.io", "static.crates.io",  # the Rust crate registry
+    "deb.debian.org", "security.debian.org",  # Debian
+)
+SETUP_NETWORKS = ("registries", "full", "none")
+_HOST = re.compile(r"\.?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
+
+@dataclass(frozen=True)
+class SetupPolicy:
+    """What setup may reach: from the command line only (a spec cannot widen it)."""
+
+    network: str = "registries"
+    extra_registries: tuple[str, ...] = ()
+
+    @property
+    def registries(self) -> tuple[str, ...]:
+        return REGISTRIES + self.extra_registries
+
+
 @dataclass(frozen=True)
 class HostAccess:
     env: tuple[tuple[str, str], ...] = ()
     allow_pull: bool = False
+    setup: SetupPolicy = SetupPolicy()
 
     @property
     def variables(self) -> dict[str, str]:
         return dict(self.env)
 
 
-def from_command_line(names: list[str] | None, allow_pull: bool) -> HostAccess:
-    """`--pass-env` names checked against the host's environment, before anything runs."""
+def from_command_line(names: list[str] | None, allow_pull: bool,
+                      setup_network: str = "registries",
+                      registries: list[str] | None = None) -> HostAccess:
+    """`--pass-env` names checked against the host's environment, `--setup-registry` names
+    checked as host names, before anything runs."""
     chosen: dict[str, str] = {}
     for name in names or ():
         chosen[name] = _checked(name)
-    return HostAccess(tuple(sorted(chosen.items())), allow_pull)
+    hosts = tuple(_host(h) for h in registries or ())
+    return HostAccess(tuple(sorted(chosen.items())), allow_pull,
+                      SetupPolicy(setup_network, hosts))
+
+
+def _host(text: str) -> str:
+    host = text.strip().lower().rstrip(".")
+    if not _HOST.fullmatch(host):
+        raise UsageError(f"--setup-registry {text!r}: expected a host name such as "
+                         "\"pypi.example.com\" (or \".example.com\" for every host under it)")
+    return host
 
 
 def _checked(name: str) -> str:

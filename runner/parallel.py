@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from retcon_sandbox.envsetup import Environments
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.gitrepo import Repo
-from retcon_sandbox.sandbox_api import Backend
 from retcon_sandbox.vcache import Outcome
 from retcon_sandbox.verification import Verifier, run_stages
 
@@ -49,14 +49,13 @@ class _Stopped(Exception):
 
 
 class Pool:
-    def __init__(self, repo: Repo, backend: Backend, verifier: Verifier, max_file_size: int,
-                 jobs: int) -> None:
+    def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int) -> None:
         self.repo = repo
-        self.backend = backend
+        self.envs = envs
+        self.backend = envs.backend
         self.verifier = verifier
-        self.max_file_size = max_file_size
         self.jobs = max(1, jobs)
-        self._git = threading.Lock()
+        self._git = envs.git_lock
         self._stop = threading.Event()
 
     def run(self, items: Sequence[Item], finished: Finished, started: Started | None = None,
@@ -115,7 +114,5 @@ class Pool:
             raise _Stopped
         if started is not None:
             started(item)
-        with self.backend.open(item.label) as box:
-            with self._git:  # the tree is read from git as it streams in: one at a time
-                box.load_tree(self.repo.tree_tar(item.tree, self.max_file_size))
-            return run_stages(lambda: box, self.verifier.commands)
+        with self.envs.sandbox(item.label, item.tree) as opened:
+            return run_stages(lambda: opened.box, self.verifier.commands)

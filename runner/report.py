@@ -91,7 +91,15 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "recovered": lambda d: f"  Recovering an interrupted run: {d['what']}",
     "reverifying": lambda d: f"  Re-verifying {_short(d['sha'])} (recorded before the run "
                              "stopped)",
-    "sandbox": lambda d: f"  Sandbox ready ({d['files']} files, {d['seconds']:.1f}s)",
+    "sandbox": lambda d: (f"  Sandbox ready ({d['files']} files, {d['seconds']:.1f}s"
+                          + (f", environment {d['environment']}" if d.get("environment")
+                             else "") + ")"),
+    "setup": lambda d: (f"  Preparing the environment: {d['commands']} setup command(s) on "
+                        f"{d['image']}, network {d['network']}"
+                        + (f", trusting {d['ca']}" if d.get("ca") else "")),
+    "setup_command": lambda d: f"    $ {d['command']}",
+    "setup_output": lambda d: f"      {d['line']}",
+    "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",
     "diff": lambda d: f"  Computing diff ({d['lines']} lines)...",
     "extracting": lambda d: "  Extracting relevant changes...",
     "taking_paths": lambda d: "  Taking paths from source: " + _names(d["paths"]),

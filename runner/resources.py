@@ -23,6 +23,10 @@ def helper_source() -> str:
     return (files("retcon_sandbox.sandbox") / "helper.py").read_text(encoding="utf-8")
 
 
+def egress_source() -> str:
+    return (files("retcon_sandbox.sandbox") / "egress.py").read_text(encoding="utf-8")
+
+
 def dockerfiles() -> Traversable:
     """The folder of image build contexts: one sub-folder with a Dockerfile per image."""
     return files("retcon_sandbox.dockerfiles")

@@ -143,7 +143,7 @@ class Verifier:
         command = self.commands.get(which)
         if not command:
             return None
-        return run_command(state.box, command, which, self.commands.timeout)
+        return run_command(state.command_box, command, which, self.commands.timeout)
 
     def check(self, state: WorkState, number: int) -> str | None:
         """Build, then tests, of commit `number`: the failure as text for the model, or None
@@ -166,7 +166,7 @@ class Verifier:
         if outcome is not None:
             replay(outcome, self.commands, notify)
         else:
-            outcome = run_stages(lambda: state.box, self.commands, notify)
+            outcome = run_stages(lambda: state.command_box, self.commands, notify)
             self.record(tree, outcome)
         if outcome.failure is None:
             return None

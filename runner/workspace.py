@@ -19,15 +19,18 @@ DIFF_CAP = 200_000
 
 
 Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
+EnvironmentKey = Callable[[str], str | None]  # the prepared environment a tree needs
 
 
 class WorkState:
     def __init__(self, repo: Repo, opener: Opener, base_tree: str, source: str,
-                 max_file_size: int) -> None:
+                 max_file_size: int, environment: EnvironmentKey | None = None) -> None:
         self.repo = repo
         self.max_file_size = max_file_size
         self._open = opener
+        self._environment = environment
         self._box: Sandbox | None = None
+        self._box_environment: str | None = None
         self.base_tree = base_tree
         self.source = source
         self._base_entries = repo.ls_tree(base_tree)
@@ -37,8 +40,19 @@ class WorkState:
     def box(self) -> Sandbox:
         """The sandbox, opened now if need be, holding the working tree as recorded."""
         if self._box is None:
-            self._box = self._open(self.tree())
+            tree = self.tree()
+            self._box_environment = self._environment(tree) if self._environment else None
+            self._box = self._open(tree)
         return self._box
+
+    @property
+    def command_box(self) -> Sandbox:
+        """The sandbox for a build or test: a new one, holding the recorded tree, when the tree
+        now needs another prepared environment than the open one (a dependency was added)."""
+        if self._box is not None and self._environment is not None \
+                and self._environment(self.tree()) != self._box_environment:
+            self._box = None
+        return self.box
 
     @property
     def opened(self) -> bool:

@@ -44,6 +44,13 @@ DIFF_FLOOR = 10  # changed lines at or under which a write is always "small"
 DIFF_CEIL = 80  # changed lines at or over which the diff is always shown
 DIFF_RATIO = 0.40  # share of the file changed over which the diff is shown
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
+TREE_LIST = "/tmp/retcon-tree-files"  # the names a setup's tree brought (NUL-separated)
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "retcon-sandbox", "GIT_COMMITTER_NAME": "retcon-sandbox",
+                "GIT_AUTHOR_EMAIL": "retcon-sandbox@localhost",
+                "GIT_COMMITTER_EMAIL": "retcon-sandbox@localhost",
+                "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+                "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000"}
 
 
 class ToolError(Exception):
@@ -409,7 +416,7 @@ def _drain(proc: subprocess.Popen, capture: Capture) -> None:  # type: ignore[ty
 # --- isolation checks -----------------------------------------------------------------------
 
 
-def isolation_problems() -> list[str]:
+def isolation_problems(network: bool = True) -> list[str]:
     problems: list[str] = []
     if os.getuid() == 0 or os.geteuid() == 0:
         problems.append("runs as root (expected a fixed non-root uid)")
@@ -430,7 +437,7 @@ def isolation_problems() -> list[str]:
         problems.append("the helper could not make itself non-dumpable")
     names = [name for _, name in socket.if_nameindex()]
     extra = [n for n in names if n != "lo"]
-    if extra:
+    if extra and network:
         problems.append(f"has network interfaces besides loopback: {', '.join(extra)}")
     return problems
 
@@ -439,22 +446,25 @@ def isolation_problems() -> list[str]:
 
 
 class Helper:
-    def __init__(self, workspace: str, checks: bool) -> None:
+    def __init__(self, workspace: str, checks: bool, checks_network: bool = True) -> None:
         self.ws = Workspace(workspace)
         self.checks = checks
+        self.checks_network = checks_network
 
     def op_hello(self, req: Response, payload: bytes) -> Response:
-        problems = isolation_problems() if self.checks else []
+        problems = isolation_problems(self.checks_network) if self.checks else []
         return {"uid": os.getuid(), "python": sys.version.split()[0],
                 "subreaper": become_subreaper(), "dumpable": is_dumpable(),
                 "problems": problems}
 
     def op_extract(self, req: Response, payload: bytes | Chunks) -> Response:
         """Unpack the tree that goes in, as it streams: fresh files only (O_EXCL), never through
-        a symlink, names exactly as the repository has them."""
+        a symlink, names exactly as the repository has them. `record`: keep the names, for a
+        setup's snapshot."""
         stream: IO[bytes] = io.BufferedReader(payload, 1 << 20) if isinstance(payload, Chunks) \
             else io.BytesIO(payload)
         count = 0
+        names: list[str] = []
         made = {self.ws.root}  # directories this extraction made (so no symlink is among them)
         for kind, name, mode, link, size in tar_members(stream):
             if kind not in (b"0", b"\0", b"2"):
@@ -475,6 +485,11 @@ class Helper:
                 write_new(stream, target, size, 0o775 if mode & 0o111 else 0o664)
             skip(stream, -size % 512)
             count += 1
+            if req.get("record"):
+                names.append(name)
+        if req.get("record"):
+            with open(TREE_LIST, "wb") as handle:
+                handle.write("\0".join(names).encode("utf-8", "surrogateescape"))
         return {"files": count}
 
     def op_read(self, req: Response, payload: bytes) -> Response:
@@ -775,8 +790,119 @@ def supervise(cmd: str, timeout: float, workspace: str) -> int:
     return 128 - code if code < 0 else code
 
 
+# --- the environment a setup prepared -------------------------------------------------------
+
+
+def make_git(workspace: str, tag: str | None) -> int:
+    """`--prepare --git`: the workspace as a git repository of one commit (and `tag`), so
+    setuptools-scm and hatch-vcs find a version. Runs as the commands' uid, which owns it."""
+    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", **os.environ, **GIT_IDENTITY}
+    steps = [["init", "-q"], ["add", "-A"],
+             ["commit", "-q", "--no-verify", "--allow-empty", "-m", "the tree under test"]]
+    if tag:
+        steps.append(["tag", tag])
+    for step in steps:
+        try:
+            done = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c",
+                                   "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false",
+                                   *step], cwd=workspace, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        except OSError as exc:
+            sys.stdout.write(f"git: {exc}\n")
+            return 127
+        if done.returncode:
+            sys.stdout.write(done.stdout.decode("utf-8", "replace")[-2000:])
+            return done.returncode
+    return 0
+
+
+def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(src), dst)
+    elif stat.S_ISREG(st.st_mode):
+        with open(src, "rb") as reader:
+            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         (st.st_mode & 0o777) | 0o660)
+            with os.fdopen(fd, "wb") as writer:
+                while block := reader.read(1 << 20):
+                    writer.write(block)
+
+
+def copy_tree(src_root: str, dst_root: str, skip_names: set[str]) -> int:
+    """Copy files and symlinks under `src_root` that are not in `skip_names` (relative names)
+    and do not exist at the destination; never through a symlink; `.git` at the top is left."""
+    copied = 0
+    for dirpath, dirnames, filenames in os.walk(src_root):
+        rel_dir = os.path.relpath(dirpath, src_root)
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        target_dir = os.path.join(dst_root, rel_dir)
+        if os.path.islink(target_dir.rstrip("/")) or not _is_dir_or_make(target_dir):
+            dirnames[:] = []
+            continue
+        entries = [(n, True) for n in dirnames] + [(n, False) for n in filenames]
+        dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))
+                       and not (rel_dir == "" and n == ".git")]
+        for name, is_dir in entries:
+            rel = rel_dir + name
+            src = os.path.join(dirpath, name)
+            st = os.lstat(src)
+            if (is_dir and not stat.S_ISLNK(st.st_mode)) or rel in skip_names \
+                    or (rel_dir == "" and name == ".git"):
+                continue
+            if os.path.lexists(os.path.join(target_dir, name)):
+                continue
+            _copy_entry(src, os.path.join(target_dir, name), st)
+            copied += 1
+    return copied
+
+
+def _is_dir_or_make(path: str) -> bool:
+    if os.path.isdir(path):
+        return True
+    if os.path.lexists(path):
+        return False
+    make_dirs(path)
+    return True
+
+
+def snapshot(workspace: str) -> int:
+    """`--snapshot`: after a setup, keep what it added to the workspace (node_modules, build
+    metadata, ...) in PREPARED, so the image made from this container carries it."""
+    with open(TREE_LIST, "rb") as handle:
+        names = set(handle.read().decode("utf-8", "surrogateescape").split("\0"))
+    make_dirs(PREPARED)
+    sys.stdout.write(f"kept {copy_tree(workspace, PREPARED, names)} files setup made\n")
+    return 0
+
+
+def prepare(workspace: str, git: bool, tag: str | None) -> int:
+    """`--prepare`: the git metadata, then what a setup left (never over the tree's files)."""
+    if git and (code := make_git(workspace, tag)):
+        return code
+    if os.path.isdir(PREPARED):
+        copy_tree(PREPARED, workspace, set())
+    return 0
+
+
+def _supervised_mode(args: list[str], workspace: str) -> None:
+    """The modes run in an exec of their own under the commands' uid (never on a host)."""
+    if os.environ.get("RETCON_SANDBOX_SUPERVISE") != "1":  # kill(-1): never on a host
+        sys.exit(f"{args[0]} is for the Docker sandbox only")
+    mode = args.pop(0)
+    sys.stdout.flush()
+    if mode == "--run":
+        timeout = float(args.pop(0))
+        sys.exit(supervise(args.pop(0), timeout, workspace))
+    os.umask(0o002)
+    if mode == "--snapshot":
+        sys.exit(snapshot(workspace))
+    git = "--git" in args
+    tag = args[args.index("--tag") + 1] if "--tag" in args else None
+    sys.exit(prepare(workspace, git, tag))
+
+
 def main(argv: list[str]) -> None:
-    workspace, checks = "/workspace", True
+    workspace, checks, checks_network = "/workspace", True, True
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -784,17 +910,15 @@ def main(argv: list[str]) -> None:
             workspace = args.pop(0)
         elif arg == "--no-isolation-checks":
             checks = False
-        elif arg == "--run":
-            if os.environ.get("RETCON_SANDBOX_SUPERVISE") != "1":  # kill(-1): never on a host
-                sys.exit("--run is for the Docker sandbox only")
-            timeout = float(args.pop(0))
-            sys.stdout.flush()
-            sys.exit(supervise(args.pop(0), timeout, workspace))
+        elif arg == "--network-allowed":  # a setup container: its network is the point
+            checks_network = False
+        elif arg in ("--run", "--snapshot", "--prepare"):
+            _supervised_mode([arg, *args], workspace)
     harden()
     make_dirs(workspace)
     with contextlib.suppress(OSError):  # shared with the commands' uid through the group
         os.chmod(workspace, 0o2775)
-    serve(Helper(workspace, checks), sys.stdin.buffer, sys.stdout.buffer)
+    serve(Helper(workspace, checks, checks_network), sys.stdin.buffer, sys.stdout.buffer)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
             removed += 1
         else:
             kept += 1
+    for network_id, labels in engine.sandbox_networks().items():
+        if (not specs or labels.get(LABEL_SPEC) in specs) and removable(labels, here, args.all):
+            engine.remove_network(network_id)
     print(f"Removed {removed} sandbox container(s)." if removed else
           "No sandbox containers of finished runs left.")
     if kept:

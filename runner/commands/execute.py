@@ -22,6 +22,7 @@ from retcon_sandbox.commands.setup import (
     sandbox_settings,
 )
 from retcon_sandbox.context import Run, RunOptions
+from retcon_sandbox.envsetup import Environments
 from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK
 from retcon_sandbox.history import Blocked, Done, next_step
 from retcon_sandbox.parallel import default_jobs
@@ -54,6 +55,8 @@ class ExecuteOptions:
     pass_env: tuple[str, ...] = ()
     allow_pull: bool = False
     strict_provenance: bool = False
+    setup_network: str = "registries"
+    setup_registry: tuple[str, ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -64,7 +67,9 @@ class ExecuteOptions:
                    non_interactive=args.non_interactive, json=args.json, timeout=args.timeout,
                    no_cache=args.no_cache, jobs=args.jobs,
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
-                   strict_provenance=args.strict_provenance)
+                   strict_provenance=args.strict_provenance,
+                   setup_network=args.setup_network,
+                   setup_registry=tuple(args.setup_registry or ()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(options: ExecuteOptions) -> int:
     reporter = make_reporter(options.json)
-    access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull)
+    access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
+                                          options.setup_network, list(options.setup_registry))
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)
@@ -97,13 +103,15 @@ def execute(options: ExecuteOptions) -> int:
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
                       cleaned=spec.cleaned, sandbox=backend.describe(),
                       transcript=str(transcript) if agent else None)
+        envs = Environments(repo, backend, settings, access.setup, reporter, revs.source)
         verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
                                      options.skip), reporter,
-                            Cache(repo, read=not options.no_cache), backend.environment())
+                            Cache(repo, read=not options.no_cache),
+                            backend.environment() + envs.describe())
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance),
-                  settings,
+                  settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base)
         try:

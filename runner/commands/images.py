@@ -8,6 +8,7 @@ import sys
 from retcon_sandbox import images
 from retcon_sandbox.docker_backend import DockerEngine
 from retcon_sandbox.errors import EXIT_OK, UsageError
+from retcon_sandbox.text import sanitize
 
 
 def _say(line: str) -> None:
@@ -29,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"Bootstrapped {tag}; `retcon-sandbox images build` now builds offline.")
     elif args.action == "list":
         for row in images.listing(engine):
-            print(f"  {row.name:<6} {row.tag:<36} {row.state}")
+            print(sanitize(f"  {row.name:<6} {row.tag:<36} {row.state}"))
     else:
-        removed = images.prune(engine, _say)
+        removed = images.prune(engine, _say, environments=args.environments)
         print(f"Removed {len(removed)} stale image(s)." if removed else "No stale images.")
     return EXIT_OK

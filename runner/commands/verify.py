@@ -20,6 +20,7 @@ from typing import TextIO
 
 from retcon_sandbox import hostaccess
 from retcon_sandbox.commands.setup import find_repo, make_backend, sandbox_settings
+from retcon_sandbox.envsetup import Environments
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.gitrepo import Repo
 from retcon_sandbox.parallel import Item, Pool, default_jobs
@@ -55,7 +56,8 @@ class Plan:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
-    access = hostaccess.from_command_line(args.pass_env, args.allow_pull)
+    access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
+                                          args.setup_registry)
     plan = make_plan(args, reporter)
     settings = plan.settings
     commands = Commands(settings.build, settings.test, settings.timeout)
@@ -68,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     holder = replace(plan.spec, path=label) if plan.spec else \
         Spec(label, "", "", "", settings)
     backend = make_backend(args.sandbox, holder, settings, access)
-    environment = backend.environment()
+    envs = Environments(plan.repo, backend, settings, access.setup, reporter,
+                        plan.rows[-1].sha if plan.rows else "HEAD")
+    environment = backend.environment() + envs.describe()
     verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
                         environment)
     jobs = args.jobs or default_jobs()
@@ -97,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             row.state = "done"
             display.finished(row)
 
-    pool = Pool(plan.repo, backend, verifier, settings.max_file_size, jobs)
+    pool = Pool(plan.repo, envs, verifier, jobs)
     pool.run([Item(row.tree, f"verify-{row.sha[:12]}") for row in plan.rows], on_done,
              on_start, display.tick)
     if verifier.cache is not None and verifier.cache.problem:

@@ -43,7 +43,12 @@ def no_container_left(engine: DockerEngine,
     left = ours(engine, base)
     for container_id in left:
         engine.client.containers.get(container_id).remove(force=True, v=True)
+    networks = [n for n, labels in engine.sandbox_networks().items()
+                if labels.get(LABEL_SPEC, "").startswith(str(base))]
+    for network_id in networks:
+        engine.remove_network(network_id)
     assert not left, f"{len(left)} sandbox container(s) left behind"
+    assert not networks, f"{len(networks)} setup network(s) left behind"
 
 
 SMALL = DEFAULTS.replace(memory="256m", cpus=1.0, pids=128, workspace_size="64m",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,8 @@ def test_the_sandbox_is_isolated(backend: DockerBackend) -> None:
 
 def test_a_sandbox_that_is_not_isolated_is_refused(backend: DockerBackend) -> None:
     class WithNetwork(DockerBackend):
-        def create_kwargs(self, label: str) -> dict[str, object]:
-            return {**super().create_kwargs(label), "network_mode": "bridge"}
+        def create_kwargs(self, label: str, image: str | None = None) -> dict[str, Any]:
+            return {**super().create_kwargs(label, image), "network_mode": "bridge"}
 
     leaky = WithNetwork(backend.engine, backend.image, backend.settings, {},
                         Path(backend.spec_path))

@@ -1,0 +1,267 @@
+"""`[sandbox] setup` against real project shapes, through `execute` and real registries.
+
+Each project is reconstructed from two `paths` commits; the second adds a dependency (or changes
+an input), so the environment is prepared again for it. Setup reaches the registries through the
+egress proxy, trusting the host's CA bundle (this network intercepts TLS). The npm registry does
+not answer here, so the Node project has no dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from retcon_sandbox.docker_backend import DockerEngine
+from tests.conftest import ROOT, cli, git
+
+SPEC = """\
+source = "feature"
+remote = "main"
+cleaned = "feature-clean"
+
+[sandbox]
+{sandbox}
+
+[[commit]]
+message = "{first}"
+paths = {first_paths}
+
+[[commit]]
+message = "{second}"
+paths = {second_paths}
+"""
+
+
+# In every input file, so each session prepares its environments cold (none is left from
+# another session), and keys differ only where a commit changes an input.
+RUN = uuid.uuid4().hex
+
+
+def recipe(name: str) -> str:
+    """The `[sandbox]` body of the README's recipe `name`, exactly as written there."""
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"```toml\n# recipe: " + re.escape(name) + r"\b[^\n]*\n\[sandbox\]\n(.*?)```",
+                      readme, re.DOTALL)
+    assert match, f"no recipe {name!r} in the README"
+    return match.group(1).strip()
+
+
+def make_project(root: Path, base: dict[str, str], feature: dict[str, str], sandbox: str,
+                 first: list[str], second: list[str], tag: str | None = None) -> Path:
+    """main holds `base`; feature adds `feature` in one messy commit; the spec splits it."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    for files in (base, feature):
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "base" if files is base else "wip: everything")
+        if files is base:
+            if tag:
+                git(root, "tag", tag)
+            git(root, "checkout", "-q", "-b", "feature")
+    git(root, "checkout", "-q", "main")
+    spec = root / "history-spec.toml"
+    spec.write_text(SPEC.format(sandbox=sandbox, first="first: without the new dependency",
+                                first_paths=json.dumps(first),
+                                second="second: with the new dependency",
+                                second_paths=json.dumps(second)))
+    return spec
+
+
+def events(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+MADE: list[str] = []  # the environments these tests prepared, removed at the end
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remove_prepared(engine: DockerEngine) -> Iterator[None]:
+    yield
+    for tag in MADE:
+        engine.remove_image(tag)
+
+
+def run(spec: Path, *extra: str) -> tuple[int, list[dict[str, object]], str]:
+    result = cli("execute", str(spec), "--json", "--non-interactive", *extra, timeout=900)
+    found = events(result.out)
+    MADE.extend(prepared(found))
+    return result.code, found, result.out + result.err
+
+
+def prepared(found: list[dict[str, object]]) -> list[str]:
+    return [str(e["tag"]) for e in found if e["event"] == "setup_ready"]
+
+
+def assert_reconstructed(spec: Path, code: int, found: list[dict[str, object]], log: str
+                         ) -> None:
+    assert code == 0, log
+    repo = spec.parent
+    assert git(repo, "rev-parse", "feature-clean^{tree}") == git(repo, "rev-parse",
+                                                                 "feature^{tree}")
+    tests = [e for e in found if e["event"] == "tests"]
+    assert [e["verdict"] for e in tests] == ["PASS", "PASS"], log
+
+
+def assert_rerun_prepares_nothing(spec: Path) -> None:
+    """verify --no-cache builds and tests both commits again, from the kept environments."""
+    result = cli("verify", "--spec", str(spec), "--no-cache", "--json", cwd=spec.parent,
+                 timeout=900)
+    found = events(result.out)
+    assert result.code == 0, result.out + result.err
+    assert not [e for e in found if e["event"] in ("setup", "setup_ready")], result.out
+
+
+def python_project(root: Path, sandbox: str) -> Path:
+    """Tests that need a modern pytest from PyPI; the second commit adds a PyPI package."""
+    base = {
+        "requirements.txt": f"# {RUN} {root.name}\npytest>=8\n",
+        "calc.py": "def add(a, b):\n    return a + b\n",
+        "test_calc.py": "import pytest\nfrom calc import add\n\n\ndef test_add():\n"
+                        "    assert add(2, 3) == 5\n"
+                        "    assert int(pytest.__version__.split('.')[0]) >= 8\n",
+    }
+    feature = {
+        "requirements.txt": f"# {RUN} {root.name}\npytest>=8\niniconfig==2.0.0\n",
+        "settings.py": "import iniconfig\n\n\ndef load(path):\n"
+                       "    return iniconfig.IniConfig(path)\n",
+        "test_settings.py": "from settings import load\n\n\ndef test_load(tmp_path):\n"
+                            "    (tmp_path / 'a.ini').write_text('[s]\\nk = v\\n')\n"
+                            "    assert load(tmp_path / 'a.ini')['s']['k'] == 'v'\n",
+        "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+    }
+    return make_project(root, base, feature, sandbox, ["calc.py"],
+                        ["requirements.txt", "settings.py", "test_settings.py"])
+
+
+def test_a_python_project_whose_tests_need_a_pypi_package(engine: DockerEngine,
+                                                          tmp_path: Path) -> None:
+    spec = python_project(tmp_path / "py", recipe("pip"))
+    code, found, log = run(spec)
+    assert_reconstructed(spec, code, found, log)
+    tags = prepared(found)
+    assert len(tags) == 2 and tags[0] != tags[1], log  # the dependency: prepared again
+    setup = next(e for e in found if e["event"] == "setup")
+    assert setup["network"] == "registries" and setup["ca"], setup
+    assert any("iniconfig" in str(e.get("line", "")) for e in found
+               if e["event"] == "setup_output"), log
+    assert all(engine.has_image(tag) for tag in tags)
+    assert_rerun_prepares_nothing(spec)
+
+
+def test_the_uv_recipe(engine: DockerEngine, tmp_path: Path) -> None:
+    spec = python_project(tmp_path / "uv", recipe("uv"))
+    code, found, log = run(spec)
+    assert_reconstructed(spec, code, found, log)
+    assert len(set(prepared(found))) == 2, log
+
+
+def test_a_package_versioned_by_setuptools_scm(engine: DockerEngine, tmp_path: Path) -> None:
+    pyproject = ('[build-system]\nrequires = ["setuptools>=64", "setuptools-scm>=8"]\n'
+                 'build-backend = "setuptools.build_meta"\n\n[project]\nname = "scmpkg"\n'
+                 'dynamic = ["version"]\n{deps}\n[tool.setuptools]\npy-modules = ["scmpkg"]\n\n'
+                 "[tool.setuptools_scm]\n# " + RUN + "\n")
+    check = ("import importlib.metadata as m, subprocess\n\n\ndef test_version():\n"
+             "    assert m.version('scmpkg') == '1.4.0'\n"
+             "    described = subprocess.run(['git', 'describe', '--tags'], capture_output=True,"
+             " text=True).stdout.strip()\n    assert described == 'v1.4.0'\n")
+    base = {"pyproject.toml": pyproject.format(deps=""), "scmpkg.py": "VALUE = 1\n",
+            "test_version.py": check, "README.md": "scmpkg\n"}
+    feature = {"README.md": "scmpkg: values\n",
+               "pyproject.toml": pyproject.format(deps='dependencies = ["iniconfig==2.0.0"]\n'),
+               "scmpkg.py": "import iniconfig\n\nVALUE = 2\n"}
+    spec = make_project(tmp_path / "scm", base, feature, recipe("setuptools-scm"),
+                        ["README.md"], ["pyproject.toml", "scmpkg.py"], tag="v1.4.0")
+    code, found, log = run(spec)
+    assert_reconstructed(spec, code, found, log)
+    assert len(set(prepared(found))) == 2, log
+
+
+def test_a_node_project_with_a_lock_file(engine: DockerEngine, tmp_path: Path) -> None:
+    package = {"name": "shop", "version": "1.0.0", "private": True, "description": RUN,
+               "scripts": {"test": "node test.js"}}
+    lock = {"name": "shop", "version": "1.0.0", "lockfileVersion": 3, "requires": True,
+            "packages": {"": {"name": "shop", "version": "1.0.0"}}}
+    base = {"package.json": json.dumps(package, indent=2) + "\n",
+            "package-lock.json": json.dumps(lock, indent=2) + "\n",
+            "index.js": "exports.total = (xs) => xs.reduce((a, b) => a + b, 0);\n",
+            "test.js": "const assert = require('assert');\nconst {total} = require('./index');\n"
+                       "assert.strictEqual(total([1, 2]), 3);\nconsole.log('ok');\n"}
+    package2 = {**package, "version": "1.1.0", "engines": {"node": ">=18"}}
+    lock2 = {**lock, "version": "1.1.0",
+             "packages": {"": {"name": "shop", "version": "1.1.0", "engines": {"node": ">=18"}}}}
+    feature = {"package.json": json.dumps(package2, indent=2) + "\n",
+               "package-lock.json": json.dumps(lock2, indent=2) + "\n",
+               "index.js": "exports.total = (xs) => xs.reduce((a, b) => a + b, 0);\n"
+                           "exports.mean = (xs) => exports.total(xs) / xs.length;\n"}
+    spec = make_project(tmp_path / "node", base, feature, recipe("npm"),
+                        ["index.js"], ["package.json", "package-lock.json"])
+    code, found, log = run(spec)
+    assert_reconstructed(spec, code, found, log)
+    assert len(set(prepared(found))) == 2, log
+    assert any(e["event"] == "spec" and "retcon-sandbox/node:" in str(e["sandbox"])
+               for e in found), log
+
+
+def test_a_rust_crate_with_a_dependency_from_the_crate_registry(engine: DockerEngine,
+                                                                tmp_path: Path) -> None:
+    manifest = f'# {RUN}\n[package]\nname = "digits"\nversion = "0.1.0"\nedition = "2021"\n\n' \
+               "[dependencies]\n"
+    base = {"Cargo.toml": manifest, "README.md": "digits\n",
+            "src/lib.rs": "pub fn double(x: u32) -> u32 { x * 2 }\n\n#[test]\n"
+                          "fn doubles() { assert_eq!(double(2), 4); }\n"}
+    feature = {"Cargo.toml": manifest + 'itoa = "=1.0.11"\n', "README.md": "digits: shown\n",
+               "src/lib.rs": "pub fn double(x: u32) -> u32 { x * 2 }\n\n"
+                             "pub fn show(x: u32) -> String {\n"
+                             "    itoa::Buffer::new().format(x).to_string()\n}\n\n#[test]\n"
+                             "fn doubles() { assert_eq!(double(2), 4); }\n\n#[test]\n"
+                             "fn shows() { assert_eq!(show(42), \"42\"); }\n"}
+    spec = make_project(tmp_path / "rust", base, feature, recipe("cargo") + "\ntimeout = 900",
+                        ["README.md"], ["Cargo.toml", "src/lib.rs"])
+    code, found, log = run(spec)
+    assert_reconstructed(spec, code, found, log)
+    assert len(set(prepared(found))) == 2, log
+    assert any("itoa" in str(e.get("line", "")) for e in found
+               if e["event"] == "setup_output"), log
+
+
+def test_setup_without_network_fails_clearly(engine: DockerEngine, tmp_path: Path) -> None:
+    base = {"requirements.txt": "iniconfig==2.0.0\n", "test_a.py": "def test_a():\n    pass\n"}
+    spec = make_project(tmp_path / "offline", base, {"test_b.py": "def test_b():\n    pass\n",
+                                                     "test_c.py": "def test_c():\n    pass\n"},
+                        'setup = "pip install --retries 0 --timeout 5 -r requirements.txt"\n'
+                        'test = "python -m pytest -q"\ntimeout = 120',
+                        ["test_b.py"], ["test_c.py"])
+    code, found, log = run(spec, "--setup-network", "none")
+    assert code == 1, log
+    error = next(e for e in found if e["event"] == "error")
+    assert error["kind"] == "setup", error
+    assert "pip install" in str(error["message"]) and "--setup-network none" in str(
+        error["hint"]), error
+    assert "stuck" not in spec.read_text()
+    assert "Traceback" not in log
+
+
+def test_setup_reaches_the_registries_only(engine: DockerEngine, tmp_path: Path) -> None:
+    reach = ("python3 -c \\\"import sys, urllib.request as u; "
+             "[print(h, u.urlopen(h, timeout=10).status) for h in sys.argv[1:]]\\\"")
+    base = {"a.txt": "a\n"}
+    spec = make_project(tmp_path / "egress", base, {"b.txt": "b\n", "c.txt": "c\n"},
+                        f'setup = ["{reach} https://pypi.org/simple/iniconfig/", '
+                        f'"{reach} http://169.254.169.254/latest/meta-data/"]\n'
+                        'test = "true"', ["b.txt"], ["c.txt"])
+    code, found, log = run(spec)
+    assert code == 1, log
+    error = next(e for e in found if e["event"] == "error")
+    assert error["kind"] == "setup"
+    lines = [str(e["line"]) for e in found if e["event"] == "setup_output"]
+    assert any(re.match(r"https://pypi.org/\S+ 200", line) for line in lines), lines
+    assert "169.254.169.254" in str(error["hint"]) and "refused" in str(error["hint"]), error
+    assert "--setup-registry" in str(error["hint"])
