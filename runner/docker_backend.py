@@ -461,7 +461,8 @@ class DockerBackend:
         """A sandbox for `[sandbox] setup`: hardened like any other, but its root is writable
         (it becomes the prepared image) and it has the network `network` names: `registries`
         (an internal network whose only way out is the egress proxy), `full` or `none`. The
-        host's CA bundle and the proxy reach the setup's commands only, never the image."""
+        variables naming the proxy and the host's CA bundle reach the setup's commands only;
+        the bundle's file (public certificates) stays in the image at CA_PATH."""
         with contextlib.ExitStack() as stack:
             kwargs = {**self.create_kwargs(label), "read_only": False}
             env = dict(self.env)

@@ -151,7 +151,8 @@ class Backend(Protocol):
 
     def environment(self) -> str:
         """What, besides the tree and the commands, decides a build's result here: part of the
-        verification cache's key (the image's ID for Docker; issue 10 adds the setup key)."""
+        verification cache's key (the image's ID for Docker; `Environments.describe()` adds
+        the setup's)."""
         ...
 
 

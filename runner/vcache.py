@@ -2,8 +2,9 @@
 notes under `refs/notes/retcon-sandbox`, so a tree is built and tested once per set of inputs.
 
 A result is keyed by the tree (the note is attached to the tree object), the build command, the
-test command and the environment (`Backend.environment()`: the image's ID for Docker; issue 10's
-setup key joins it there). One note per tree holds JSON lines, one per other key; a new result
+test command and the environment (`Backend.environment()`: the image's ID for Docker, plus
+`Environments.describe()`: the setup commands, its inputs' patterns and the git metadata; the
+inputs' content is in the tree). One note per tree holds JSON lines, one per other key; a new result
 replaces the line of its key. Notes are written with plumbing on a temporary index and the ref
 moves by compare-and-swap, so the user's working tree and index are never touched, and two
 writers never lose each other's results.

@@ -22,7 +22,9 @@ LOCAL = ("--sandbox", "local", "--non-interactive")
 # Events about the whole run; every other event concerns one commit and carries its number.
 RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch_continued",
               "remainder", "assigning", "squashed", "tree_check", "summary", "error",
-              "model_retry", "squash_verify", "verify_start", "verify_summary"}
+              "model_retry", "squash_verify", "verify_start", "verify_summary",
+              # a prepared environment serves every commit (and tree) with the same inputs
+              "setup", "setup_command", "setup_output", "setup_ready"}
 
 
 def events(result: Result) -> list[dict[str, Any]]:

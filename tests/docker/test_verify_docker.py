@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from retcon_sandbox import images
@@ -30,12 +31,13 @@ def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: Dock
     assert redo.code == 0, redo.out + redo.err
     assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8
 
-    # the environment is the image's ID: what the tag names today
+    # the environment is the image's ID (what the tag names today), then the setup's key
     cached = cli("verify", str(demo.spec), "--json")
     assert cached.code == 0, cached.err
     start = events(cached.out)[0]
     image_id = engine.client.images.get(images.default_image()).id
-    assert start["event"] == "verify_start" and start["environment"] == f"docker {image_id}"
+    assert start["event"] == "verify_start"
+    assert re.fullmatch(f"docker {image_id} setup:[0-9a-f]{{16}}", str(start["environment"]))
     assert all(e["cached"] for e in events(cached.out) if e["event"] == "commit_verified")
 
     again = cli("verify", str(demo.spec), "--no-cache", "-j", "2", "--json")
