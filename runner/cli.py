@@ -102,7 +102,8 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
 def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="build and test every tree again, even those with a cached result "
-                        "(new results are still recorded)")
+                        "(new results are still recorded), and prepare every [sandbox] setup "
+                        "environment again")
     parser.add_argument("-j", "--jobs", type=positive_int, metavar="N",
                         help=f"sandboxes at a time for {parallel} (default: the number of cores)")
 

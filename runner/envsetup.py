@@ -76,8 +76,10 @@ class Environments:
     """Opens each sandbox on its tree, from the environment prepared for that tree."""
 
     def __init__(self, repo: Repo, backend: Backend, settings: SandboxSettings,
-                 policy: SetupPolicy, report: Reporter, source: str) -> None:
-        """`source`: the branch whose nearest tag versions the workspace's git metadata."""
+                 policy: SetupPolicy, report: Reporter, source: str, fresh: bool = False
+                 ) -> None:
+        """`source`: the branch whose nearest tag versions the workspace's git metadata.
+        `fresh` (--no-cache): prepare each environment again, once per run, even if kept."""
         self.repo = repo
         self.backend = backend
         self.settings = settings
@@ -86,6 +88,11 @@ class Environments:
         self.tag = repo.describe_tag(source) if settings.git_metadata else None
         self._inputs = Patterns(settings.setup_inputs or DEFAULT_INPUTS)
         self._keys: dict[str, str | None] = {}
+        # A setup runs the repository's code: environments are never shared between
+        # repositories (a clone elsewhere prepares its own).
+        self._scope = str(repo.common_dir().resolve())
+        self._fresh = fresh
+        self._prepared: set[str] = set()  # the keys this run prepared
         self.git_lock = threading.Lock()  # trees stream from git one at a time (verify -j)
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._warned = False
@@ -113,7 +120,8 @@ class Environments:
                 entries = self.repo.ls_tree(tree)
             self._keys[tree] = environment_key(
                 self.docker.engine.image_id(self.docker.image), self.settings.setup,
-                self.settings.git_metadata, self.tag, inputs(entries, self._inputs))
+                self.settings.git_metadata, self.tag, inputs(entries, self._inputs),
+                self._scope)
         return self._keys[tree]
 
     # -- sandboxes ---------------------------------------------------------------------------
@@ -147,8 +155,10 @@ class Environments:
         repository = f"{images.prefix()}/{ENV_NAME}"
         tag = f"{repository}:{key}"
         with self._setup:
-            if not docker.engine.has_image(tag):
+            stale = self._fresh and key not in self._prepared
+            if stale or not docker.engine.has_image(tag):
                 self._run_setup(docker, tree, repository, key)
+                self._prepared.add(key)
         return tag
 
     def _prepare_workspace(self, box: DockerSandbox) -> None:
@@ -218,9 +228,9 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns) -> list[tuple[str,
 
 
 def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
-                    files: list[tuple[str, str, str]]) -> str:
+                    files: list[tuple[str, str, str]], scope: str = "") -> str:
     text = json.dumps({"v": 1, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
-                       "inputs": files})
+                       "inputs": files, "repository": scope})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

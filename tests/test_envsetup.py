@@ -48,6 +48,9 @@ def test_the_key_follows_the_inputs_and_nothing_else() -> None:
     assert key_of(base, setup=("pip install -e .", "pip install pytest")) != same
     assert key_of(base, image="sha256:2") != same  # a rebuilt base image
     assert key_of(base, tag="v1.0") != same
+    other_repository = environment_key("sha256:1", ("pip install -e .",), True, None,
+                                       inputs(base, Patterns(DEFAULT_INPUTS)), "/elsewhere/.git")
+    assert other_repository != same  # never shared between repositories
 
 
 def test_inputs_can_be_chosen() -> None:

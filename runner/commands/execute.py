@@ -103,7 +103,8 @@ def execute(options: ExecuteOptions) -> int:
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
                       cleaned=spec.cleaned, sandbox=backend.describe(),
                       transcript=str(transcript) if agent else None)
-        envs = Environments(repo, backend, settings, access.setup, reporter, revs.source)
+        envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
+                            fresh=options.no_cache)
         verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
                                      options.skip), reporter,
                             Cache(repo, read=not options.no_cache),

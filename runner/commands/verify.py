@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     holder = replace(plan.spec, path=label) if plan.spec else \
         Spec(label, "", "", "", settings)
     backend = make_backend(args.sandbox, holder, settings, access)
-    envs = Environments(plan.repo, backend, settings, access.setup, reporter,
-                        plan.rows[-1].sha if plan.rows else "HEAD")
+    source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
+    envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
+                        fresh=bool(args.no_cache))
     environment = backend.environment() + envs.describe()
     verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
                         environment)

@@ -111,12 +111,19 @@ def assert_reconstructed(spec: Path, code: int, found: list[dict[str, object]], 
 
 
 def assert_rerun_prepares_nothing(spec: Path) -> None:
-    """verify --no-cache builds and tests both commits again, from the kept environments."""
-    result = cli("verify", "--spec", str(spec), "--no-cache", "--json", cwd=spec.parent,
-                 timeout=900)
+    """With the results forgotten, verify builds and tests both commits again, from the kept
+    environments; --no-cache prepares them again."""
+    git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
+    result = cli("verify", "--spec", str(spec), "--json", cwd=spec.parent, timeout=900)
     found = events(result.out)
     assert result.code == 0, result.out + result.err
     assert not [e for e in found if e["event"] in ("setup", "setup_ready")], result.out
+    assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [False, False]
+    again = cli("verify", "--spec", str(spec), "--json", "--no-cache", cwd=spec.parent,
+                timeout=900)
+    assert again.code == 0, again.out + again.err
+    MADE.extend(prepared(events(again.out)))
+    assert len(prepared(events(again.out))) == 2, again.out
 
 
 def python_project(root: Path, sandbox: str) -> Path:
