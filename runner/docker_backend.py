@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import socket
+import sys
 import tarfile
 import time
 import uuid
@@ -25,6 +26,7 @@ from typing import IO, Any
 
 import docker
 import docker.errors
+import docker.types
 
 from retcon_sandbox import liveness
 from retcon_sandbox.errors import ImageError, SandboxError
@@ -55,6 +57,16 @@ PROXY_READY_S = 20.0
 CA_PATH = "/etc/retcon-sandbox/ca.pem"  # the host's CA bundle, in a setup container only
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS",
                 "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+# The helper runs on the image's system interpreter, in isolated mode without `site`, never on
+# one found through PATH: setup (the repository's code, as COMMAND_UID) may rewrite the virtual
+# environment PATH names first, and what it leaves is kept in the prepared image.
+PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+_LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\" -I -S \"$@\"; "
+           f"fi; done; echo 'retcon-sandbox: no python3 in /usr/bin or /usr/local/bin' >&2; "
+           "exit 127")
+# Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
+# egress proxy alone (older engines forwarded internal networks' queries, CVE-2024-29018).
+NO_DNS = "192.0.2.1"
 
 
 class DockerEngine:
@@ -432,7 +444,7 @@ class DockerBackend:
             "nano_cpus": int(s.cpus * 1e9),
             "init": True,
             "ipc_mode": "private",
-            "environment": {"HOME": "/tmp", **self.env},
+            "environment": {"HOME": "/tmp"},  # --pass-env reaches each command's exec only
             "working_dir": "/workspace",
             "labels": {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path,
                        "retcon-sandbox.step": label, **self.owner},
@@ -469,6 +481,7 @@ class DockerBackend:
             if network == "registries":
                 kwargs.pop("network_mode")
                 kwargs["network"], proxy = stack.enter_context(self._egress(registries))
+                kwargs["dns"] = [NO_DNS]
                 env.update(proxy_variables(proxy))
             elif network == "full":
                 kwargs["network_mode"] = "bridge"
@@ -520,8 +533,12 @@ class DockerBackend:
     @contextlib.contextmanager
     def _egress(self, registries: tuple[str, ...]) -> Iterator[tuple[str, str]]:
         """An internal network whose only way out is the egress proxy (`sandbox/egress.py`),
-        itself on an ordinary network: (the internal network's name, the proxy's URL)."""
+        itself on an ordinary network: (the internal network's name, the proxy's URL). The
+        internal network's bridge has no address on the host (`inhibit_ipv4`), so nothing
+        listening on the host is reachable from it. The proxy runs from our own base image,
+        never the run's (which a spec names, and which setup may have changed)."""
         client = self.engine.client
+        image = _our_base_image(self.engine)
         labels = {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path, **self.owner}
         suffix = uuid.uuid4().hex[:10]
         with contextlib.ExitStack() as stack:
@@ -529,16 +546,20 @@ class DockerBackend:
                 outside = client.networks.create(f"retcon-egress-{suffix}", driver="bridge",
                                                  labels=labels)
                 stack.callback(_quietly, outside.remove)
-                inside = client.networks.create(f"retcon-setup-{suffix}", driver="bridge",
-                                                internal=True, labels=labels)
+                inside = client.networks.create(
+                    f"retcon-setup-{suffix}", driver="bridge", internal=True, labels=labels,
+                    enable_ipv6=False,
+                    options={"com.docker.network.bridge.inhibit_ipv4": "true"})
                 stack.callback(_quietly, inside.remove)
                 proxy = client.containers.create(
-                    image=self.image, entrypoint=["python3"],
-                    command=["-I", "-c", egress_source(), str(PROXY_PORT), *registries],
+                    image=image, entrypoint=[PYTHONS[0]],
+                    command=["-I", "-S", "-c", egress_source(), str(PROXY_PORT), *registries],
                     user=f"{UID}:{GID}", network=outside.name, cap_drop=["ALL"],
                     security_opt=["no-new-privileges"], read_only=True,
                     tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, pids_limit=64,
-                    mem_limit=256 * 1024 * 1024, init=True, environment={},
+                    mem_limit=256 * 1024 * 1024, nano_cpus=500_000_000, init=True,
+                    environment={}, log_config=docker.types.LogConfig(
+                        type="json-file", config={"max-size": "1m", "max-file": "1"}),
                     labels={**labels, "retcon-sandbox.step": "egress proxy"}, detach=True)
                 stack.callback(_quietly, lambda: proxy.remove(force=True, v=True))
                 inside.connect(proxy, aliases=[PROXY_ALIAS])
@@ -556,10 +577,8 @@ class DockerBackend:
                       ) -> DockerSandbox:
         api = self.engine.client.api
         image = image or self.image
-        exec_id = api.exec_create(container_id, ["python3", "-I", "-c", helper_source(),
-                                                 "--workspace", "/workspace",
-                                                 *(["--network-allowed"] if network_allowed
-                                                   else [])],
+        exec_id = api.exec_create(container_id, helper_argv(*(["--network-allowed"]
+                                                              if network_allowed else [])),
                                   stdin=True, stdout=True, stderr=True, user=f"{UID}:{GID}",
                                   workdir="/workspace")["Id"]
         transport = ExecTransport(api, exec_id, api.exec_start(exec_id, socket=True))
@@ -569,7 +588,8 @@ class DockerBackend:
         except (SandboxError, ToolFailure) as exc:
             if transport.exit_code() in (126, 127):
                 raise SandboxError(
-                    f"image {image} has no python3, which the in-container helper needs",
+                    f"image {image} has no /usr/bin/python3 or /usr/local/bin/python3, which "
+                    "the in-container helper needs",
                     "Use an image with python3 (3.8 or newer), e.g. one built from images/ by "
                     "`retcon-sandbox images build`.") from None
             if isinstance(exc, SandboxError):
@@ -618,8 +638,7 @@ class DockerBackend:
         api = self.engine.client.api
         try:
             exec_id = api.exec_create(
-                container_id, ["python3", "-I", "-c", helper_source(), "--workspace",
-                               "/workspace", *argv],
+                container_id, helper_argv(*argv),
                 stdin=False, stdout=True, stderr=True, user=f"{COMMAND_UID}:{GID}",
                 workdir="/workspace",
                 environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})["Id"]
@@ -680,6 +699,19 @@ def _pump(stream: ExecStream, capture: OutputCapture,
     return False
 
 
+def helper_argv(*args: str) -> list[str]:
+    """The in-container helper's command line (see PYTHONS)."""
+    return ["/bin/sh", "-c", _LAUNCH, "retcon-helper", "-c", helper_source(), "--workspace",
+            "/workspace", *args]
+
+
+def _our_base_image(engine: DockerEngine) -> str:
+    from retcon_sandbox import images  # it builds on this module
+
+    return images.ensure(engine, images.default_image(),
+                         lambda line: print(line, file=sys.stderr))
+
+
 def proxy_variables(url: str) -> dict[str, str]:
     return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
             "NO_PROXY": PROXY_ALIAS, "no_proxy": PROXY_ALIAS}
@@ -720,7 +752,8 @@ def _wait_listening(proxy: Any) -> None:
             break
         time.sleep(0.1)
     raise SandboxError("the setup's egress proxy did not start: " + _logs(proxy)[-500:],
-                       "Its image needs python3 3.8 or newer; or give --setup-network full.")
+                       "Rebuild it (`retcon-sandbox images build`); or give --setup-network "
+                       "full.")
 
 
 def _first_line(exc: BaseException) -> str:

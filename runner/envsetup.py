@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,23 +29,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retcon_sandbox.errors import SetupError
+from retcon_sandbox.errors import ImageError, SetupError
 from retcon_sandbox.gitrepo import Repo, TreeEntry
 from retcon_sandbox.hostaccess import SetupPolicy
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.sandbox_api import Backend, Sandbox
 from retcon_sandbox.settings import SandboxSettings
+from retcon_sandbox.statedir import StateDir
 
 if TYPE_CHECKING:
     from retcon_sandbox.docker_backend import DockerBackend, DockerSandbox
 
-DEFAULT_INPUTS = (
+DEFAULT_INPUTS = tuple(f"**/{name}" for name in (  # at any depth (workspaces, monorepos)
     "pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "requirements/*.txt",
     "constraints*.txt", "Pipfile", "Pipfile.lock", "poetry.lock", "pdm.lock", "uv.lock",
     "package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
     "Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "go.mod", "go.sum",
-)
+))
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
 CA_LIMIT = 16 * 1024 * 1024
@@ -53,16 +55,28 @@ ENV_NAME = "env"  # prepared environments are tagged <prefix>/env:<key>
 LABEL_ENV_BASE = "retcon-sandbox.env.base"  # the image a prepared environment was made from
 
 
+_CERTIFICATE = re.compile(rb"-----BEGIN (TRUSTED )?CERTIFICATE-----[A-Za-z0-9+/=\s]+"
+                          rb"-----END \1?CERTIFICATE-----")
+
+
 def host_ca_bundle() -> tuple[Path, bytes] | None:
-    """The CA bundle the host trusts: SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT, or the
-    system's."""
+    """The certificates of the CA bundle the host trusts: SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+    PIP_CERT, or the system's. Only the certificate blocks are taken: a file that also holds a
+    private key (as a proxy's combined PEM can) never has its key copied."""
     named = [os.environ.get(v, "") for v in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")]
     for candidate in [*filter(None, named), *CA_CANDIDATES]:
         path = Path(candidate)
         with contextlib.suppress(OSError):
             if path.is_file() and path.stat().st_size <= CA_LIMIT:
-                return path, path.read_bytes()
+                certificates = certificate_blocks(path.read_bytes())
+                if certificates:
+                    return path, certificates
     return None
+
+
+def certificate_blocks(pem: bytes) -> bytes:
+    """The PEM certificate blocks of `pem`, and nothing else."""
+    return b"".join(m.group(0) + b"\n" for m in _CERTIFICATE.finditer(pem))
 
 
 @dataclass(frozen=True)
@@ -88,9 +102,7 @@ class Environments:
         self.tag = repo.describe_tag(source) if settings.git_metadata else None
         self._inputs = Patterns(settings.setup_inputs or DEFAULT_INPUTS)
         self._keys: dict[str, str | None] = {}
-        # A setup runs the repository's code: environments are never shared between
-        # repositories (a clone elsewhere prepares its own).
-        self._scope = str(repo.common_dir().resolve())
+        self._scope: str | None = None  # see scope()
         self._fresh = fresh
         self._prepared: set[str] = set()  # the keys this run prepared
         self.git_lock = threading.Lock()  # trees stream from git one at a time (verify -j)
@@ -121,8 +133,17 @@ class Environments:
             self._keys[tree] = environment_key(
                 self.docker.engine.image_id(self.docker.image), self.settings.setup,
                 self.settings.git_metadata, self.tag, inputs(entries, self._inputs),
-                self._scope)
+                self.scope())
         return self._keys[tree]
+
+    def scope(self) -> str:
+        """A setup runs the repository's code: environments are never shared between
+        repositories, by path nor by a random id each repository keeps (so a clone elsewhere,
+        or another repository later cloned at the same path, prepares its own)."""
+        if self._scope is None:
+            common = self.repo.common_dir()
+            self._scope = f"{common.resolve()} {StateDir(common).scope()}"
+        return self._scope
 
     # -- sandboxes ---------------------------------------------------------------------------
 
@@ -155,10 +176,15 @@ class Environments:
         repository = f"{images.prefix()}/{ENV_NAME}"
         tag = f"{repository}:{key}"
         with self._setup:
-            stale = self._fresh and key not in self._prepared
-            if stale or not docker.engine.has_image(tag):
-                self._run_setup(docker, tree, repository, key)
-                self._prepared.add(key)
+            kept = docker.engine.has_image(tag)
+            if kept and not (self._fresh and key not in self._prepared):
+                return tag
+            replaced = docker.engine.image_id(tag) if kept else None
+            self._run_setup(docker, tree, repository, key)
+            self._prepared.add(key)
+            if replaced is not None and replaced != docker.engine.image_id(tag):
+                with contextlib.suppress(ImageError):  # still used by a container: prune
+                    docker.engine.remove_image(replaced)  # the image --no-cache replaced
         return tag
 
     def _prepare_workspace(self, box: DockerSandbox) -> None:

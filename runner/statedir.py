@@ -3,19 +3,22 @@ directory in `retcon-sandbox/`, never beside the spec where a checkout could pla
 
 The directory is created by us and checked to be a real directory of ours; files in it are opened
 with O_NOFOLLOW, so neither a planted symlink nor a renamed file can redirect a write. Nothing is
-ever unlinked here.
+ever unlinked here but a file this run has just made.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
+import uuid
 from pathlib import Path
 
 from retcon_sandbox.errors import RetconError
 
 NAME = "retcon-sandbox"
+SCOPE_FILE = "environment-scope"
 
 
 class StateDir:
@@ -45,6 +48,44 @@ class StateDir:
 
     def transcript_path(self, spec_real: Path) -> Path:
         return self.ensure() / f"{self.key(spec_real)}.transcript.jsonl"
+
+    def scope(self) -> str:
+        """A random id made once per repository: prepared environments are never shared with
+        another repository, even one cloned later at the same path."""
+        path = self.ensure() / SCOPE_FILE
+        try:
+            if not os.path.lexists(path):
+                _publish(path, uuid.uuid4().hex.encode() + b"\n")
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                text = os.read(fd, 64).decode("ascii", "replace").strip()
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise RetconError(f"cannot read or make {path}: {exc.strerror}",
+                              "It must be a regular file (not a symlink) you can read.") from None
+        if not re.fullmatch(r"[0-9a-f]{32}", text):
+            raise RetconError(f"{path} is not a scope id retcon-sandbox wrote",
+                              f"Remove it (rm {path}); prepared environments are made again.")
+        return text
+
+
+def _publish(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a file of ours, linked into place (a concurrent run's
+    file wins if it came first), then our own name for it removed."""
+    made = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        os.link(made, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(made)
 
 
 def open_append(path: Path) -> int:

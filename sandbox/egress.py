@@ -1,13 +1,16 @@
 """retcon-sandbox's egress proxy for `[sandbox] setup`. Standard library only; Python 3.8+.
 
-Started in a container of its own (`python3 -I -c <this file> PORT HOST...`) that sits on two
+Started in a container of its own (`python3 -I -S -c <this file> PORT HOST...`) that sits on two
 networks: an internal one, where the setup container is and which has no other way out, and an
 ordinary one. It answers HTTP proxy requests (CONNECT for HTTPS, absolute URIs for plain HTTP)
 for the registries named on its command line only (`pypi.org`, or `.debian.org` for every host
-under it), on ports 80 and 443, and never for an address that is loopback, private, link-local
-(169.254.169.254, cloud metadata), shared, multicast or reserved: it resolves the name itself,
-checks every address, and connects to the address it checked. TLS passes through untouched.
-Each decision is one line on stderr, which the host reads.
+under it): CONNECT to port 443, plain HTTP to port 80 with the Host header set to the URL's
+host. It never connects to a loopback, private, link-local (169.254.169.254, cloud metadata),
+shared, multicast or reserved address, nor an IPv6 address embedding one (BLOCKED): it resolves
+the name itself, checks every address, and connects to the address it checked. TLS passes
+through untouched. A request head must arrive within HEAD_TIMEOUT seconds, and at most
+MAX_CLIENTS connections are served at once. Each decision is one line on stderr, which the host
+reads.
 """
 
 from __future__ import annotations
@@ -18,20 +21,33 @@ import ipaddress
 import socket
 import sys
 
-PORTS = (80, 443)
+# Never connected to: this host, private, shared (CGNAT), loopback, link-local (cloud
+# metadata), IETF protocol assignments, benchmarking, multicast and reserved ranges; IPv6's own
+# and those that embed or translate IPv4 (IPv4-compatible, NAT64, 6to4, Teredo). Documentation
+# ranges are not listed: no host service lives there, and TLS-intercepting networks answer there.
 BLOCKED = [ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
     "172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4",
-    "240.0.0.0/4", "::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8",
-    "64:ff9b::/96", "2001:db8::/32")]
+    "240.0.0.0/4",
+    "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2002::/16",
+    "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")]
 HEAD_LIMIT = 64 * 1024
+HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 20.0
+MAX_CLIENTS = 128
 
 
 def blocked(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """Whether an address is in a BLOCKED range, or is an IPv6 address embedding an IPv4 one
+    (mapped, 6to4, Teredo) that is."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is not None and blocked(str(embedded)):
+            return True
     return any(ip in network for network in BLOCKED if network.version == ip.version)
 
 
@@ -47,12 +63,16 @@ def allowed_host(host: str, allowed: list[str]) -> bool:
 
 
 def split_host_port(text: str, default: int) -> tuple[str, int]:
+    """`host:port`, `[v6]:port` or `host`; Refused if the port is not a number."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        return text, default
+        port = rest[1:] if rest.startswith(":") else str(default)
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            host, port = text, str(default)
+    if not port.isdigit() or len(port) > 5:
+        raise Refused(f"bad port in {text[:80]!r}")
     return host, int(port)
 
 
@@ -61,8 +81,8 @@ class Refused(Exception):
 
 
 async def resolve(host: str, port: int, allowed: list[str]) -> str:
-    """The address to connect to: only for an allowed registry and port, and only when every
-    address the name has is public."""
+    """The address to connect to: only for an allowed registry, and only when every address
+    the name has is globally routable."""
     try:
         ipaddress.ip_address(host)
         raise Refused(f"{host} is an address, not a registry's name")
@@ -70,8 +90,6 @@ async def resolve(host: str, port: int, allowed: list[str]) -> str:
         pass
     if not allowed_host(host, allowed):
         raise Refused(f"{host} is not an allowed registry")
-    if port not in PORTS:
-        raise Refused(f"port {port} (only 80 and 443)")
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port,
                                                               type=socket.SOCK_STREAM)
@@ -101,8 +119,9 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 async def read_head(reader: asyncio.StreamReader) -> bytes | None:
     try:
-        return await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+            ConnectionError):
         return None
 
 
@@ -117,30 +136,42 @@ def refuse(writer: asyncio.StreamWriter, why: str) -> None:
                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
+def parse(head: bytes) -> tuple[str, str, int, bytes]:
+    """A proxy request's (method, host, port, bytes to send upstream first), or Refused.
+    CONNECT goes to port 443 only, plain HTTP to port 80 only, with its Host header set to the
+    URL's host (never the client's), and hop-by-hop headers dropped."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise Refused("not an HTTP proxy request")
+    method, target, version = parts
+    if method == "CONNECT":
+        host, port = split_host_port(target, 443)
+        if port != 443:
+            raise Refused(f"CONNECT to port {port} (only 443)")
+        return method, host, port, b""
+    if not target.startswith("http://"):
+        raise Refused(f"{method} {target[:80]} (only CONNECT and http:// URLs)")
+    authority, _, path = target[len("http://"):].partition("/")
+    host, port = split_host_port(authority, 80)
+    if port != 80:
+        raise Refused(f"plain HTTP to port {port} (only 80)")
+    headers = [h for h in lines[1:] if h and not h.lower().startswith(
+        ("host:", "proxy-", "connection:", "keep-alive:"))]
+    upstream = "\r\n".join([f"{method} /{path} {version}", f"Host: {host}", *headers,
+                             "Connection: close", "", ""])
+    return method, host, port, upstream.encode("latin-1")
+
+
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 allowed: list[str]) -> None:
     head = await read_head(reader)
     if head is None:
         writer.close()
         return
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
+    first = head.split(b"\r\n", 1)[0].decode("latin-1")[:200]
     try:
-        if len(parts) != 3:
-            raise Refused("not an HTTP proxy request")
-        method, target, version = parts
-        if method == "CONNECT":
-            host, port = split_host_port(target, 443)
-            rest = b""
-        elif target.startswith("http://"):
-            authority, _, path = target[len("http://"):].partition("/")
-            host, port = split_host_port(authority, 80)
-            headers = [h for h in lines[1:] if h and not h.lower().startswith(
-                ("proxy-", "connection:", "keep-alive:"))]
-            rest = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close",
-                                "", ""]).encode("latin-1")
-        else:
-            raise Refused(f"{method} {target[:80]} (only CONNECT and http:// URLs)")
+        method, host, port, rest = parse(head)
         address = await resolve(host, port, allowed)
         try:
             up_reader, up_writer = await asyncio.wait_for(
@@ -148,9 +179,10 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         except (OSError, asyncio.TimeoutError) as exc:
             raise Refused(f"{host}:{port} did not answer ({exc or 'timeout'})") from None
     except Refused as exc:
-        log(f"refused {lines[0][:200]}: {exc}")
+        log(f"refused {first}: {exc}")
         refuse(writer, str(exc))
-        await writer.drain()
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
         writer.close()
         return
     log(f"allowed {method} {host}:{port}")
@@ -163,8 +195,23 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 
 async def main(port: int, allowed: list[str]) -> None:
-    server = await asyncio.start_server(lambda r, w: serve(r, w, allowed), "0.0.0.0", port,
-                                        limit=HEAD_LIMIT)
+    clients = 0
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal clients
+        if clients >= MAX_CLIENTS:
+            log(f"refused a connection: {MAX_CLIENTS} already open")
+            writer.close()
+            return
+        clients += 1
+        try:
+            await serve(reader, writer, allowed)
+        except (ConnectionError, OSError):
+            writer.close()
+        finally:
+            clients -= 1
+
+    server = await asyncio.start_server(client, "0.0.0.0", port, limit=HEAD_LIMIT)
     log(f"listening on {port} for: {' '.join(allowed)}")
     async with server:
         await server.serve_forever()

@@ -13,7 +13,7 @@ import pytest
 
 from retcon_sandbox import hostaccess
 from retcon_sandbox.envsetup import DEFAULT_INPUTS, environment_key, host_ca_bundle, inputs
-from retcon_sandbox.errors import UsageError
+from retcon_sandbox.errors import RetconError, UsageError
 from retcon_sandbox.gitrepo import Repo, TreeEntry
 from retcon_sandbox.local_backend import LocalBackend
 from retcon_sandbox.paths import Patterns
@@ -53,6 +53,29 @@ def test_the_key_follows_the_inputs_and_nothing_else() -> None:
     assert other_repository != same  # never shared between repositories
 
 
+def test_default_inputs_are_found_at_any_depth() -> None:
+    files = entries(packages__web__package_dot_json="a1", crates__core__Cargo_dot_toml="b1",
+                    src__app_dot_py="c1", pyproject_dot_toml="d1")
+    assert [path for path, _, _ in inputs(files, Patterns(DEFAULT_INPUTS))] == [
+        "crates/core/Cargo.toml", "packages/web/package.json", "pyproject.toml"]
+
+
+def test_each_repository_has_its_own_scope(tmp_path: Path) -> None:
+    from retcon_sandbox.statedir import SCOPE_FILE, StateDir
+
+    first = StateDir(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    scope = first.scope()
+    assert scope == first.scope() and len(scope) == 32  # kept
+    assert StateDir(tmp_path / "b").scope() != scope  # another repository, another scope
+    assert sorted(p.name for p in first.root.iterdir()) == [SCOPE_FILE]  # nothing else left
+    (tmp_path / "c" / "retcon-sandbox").mkdir(parents=True)
+    os.symlink(first.root / SCOPE_FILE, tmp_path / "c" / "retcon-sandbox" / SCOPE_FILE)
+    with pytest.raises(RetconError, match="cannot read or make"):
+        StateDir(tmp_path / "c").scope()  # a planted symlink is never followed
+
+
 def test_inputs_can_be_chosen() -> None:
     files = entries(pyproject_dot_toml="a1", deps__lock_dot_json="b1")
     chosen = Patterns(("deps/*.json",))
@@ -73,11 +96,29 @@ def test_the_proxy_allows_named_registries_only(host: str, ok: bool) -> None:
     ("169.254.169.254", True), ("127.0.0.1", True), ("10.1.2.3", True), ("172.17.0.1", True),
     ("192.168.1.1", True), ("100.64.0.1", True), ("0.0.0.0", True), ("::1", True),
     ("fe80::1", True), ("fd00::1", True), ("::ffff:169.254.169.254", True),
-    ("151.101.0.223", False), ("203.0.113.80", False), ("2a04:4e42::223", False),
+    ("::169.254.169.254", True), ("2002:a9fe:a9fe::1", True), ("64:ff9b:1::a9fe:a9fe", True),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True), ("x", True), ("fec0::1", True),
+    ("151.101.0.223", False), ("2a04:4e42::223", False),
+    ("203.0.113.80", False),  # documentation: where this network's TLS interception answers
 ])
 def test_the_proxy_never_connects_to_private_or_metadata_addresses(address: str, bad: bool
                                                                     ) -> None:
     assert egress.blocked(address) is bad
+
+
+def test_the_proxy_sets_host_and_port_itself() -> None:
+    method, host, port, upstream = egress.parse(
+        b"GET http://pypi.org/simple/x/ HTTP/1.1\r\nHost: attacker.example\r\n"
+        b"Proxy-Authorization: x\r\nAccept: */*\r\n\r\n")
+    assert (method, host, port) == ("GET", "pypi.org", 80)
+    assert upstream.startswith(b"GET /simple/x/ HTTP/1.1\r\nHost: pypi.org\r\n")
+    assert b"attacker" not in upstream and b"Proxy-" not in upstream and b"Accept" in upstream
+    assert egress.parse(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")[1:3] == ("pypi.org", 443)
+    for refused in (b"CONNECT pypi.org:80 HTTP/1.1", b"CONNECT pypi.org:22 HTTP/1.1",
+                    b"GET http://pypi.org:443/ HTTP/1.1", b"CONNECT [::1]:x HTTP/1.1",
+                    b"GET /local HTTP/1.1", b"CONNECT pypi.org:99999999 HTTP/1.1", b"garbage"):
+        with pytest.raises(egress.Refused):
+            egress.parse(refused + b"\r\n\r\n")
 
 
 def test_setup_network_options_come_from_the_command_line_and_are_checked() -> None:
@@ -93,10 +134,16 @@ def test_setup_network_options_come_from_the_command_line_and_are_checked() -> N
 
 def test_the_hosts_ca_bundle_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     bundle = tmp_path / "corp.pem"
-    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    certificate = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----"
+    key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----"
+    bundle.write_text(f"# a proxy's combined file\n{key}\n{certificate}\n")
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     found = host_ca_bundle()
     assert found is not None and found[0] == bundle
+    assert found[1] == certificate.encode() + b"\n"  # the key is never copied
+    bundle.write_text(key)  # no certificate at all: the next candidate
+    found = host_ca_bundle()
+    assert found is None or found[0] != bundle
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
     found = host_ca_bundle()
     assert found is None or found[0] != bundle

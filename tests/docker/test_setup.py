@@ -8,8 +8,11 @@ not answer here, so the Node project has no dependencies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,7 +113,7 @@ def assert_reconstructed(spec: Path, code: int, found: list[dict[str, object]], 
     assert [e["verdict"] for e in tests] == ["PASS", "PASS"], log
 
 
-def assert_rerun_prepares_nothing(spec: Path) -> None:
+def assert_rerun_prepares_nothing(engine: DockerEngine, spec: Path) -> None:
     """With the results forgotten, verify builds and tests both commits again, from the kept
     environments; --no-cache prepares them again."""
     git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
@@ -119,11 +122,14 @@ def assert_rerun_prepares_nothing(spec: Path) -> None:
     assert result.code == 0, result.out + result.err
     assert not [e for e in found if e["event"] in ("setup", "setup_ready")], result.out
     assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [False, False]
+    kept = [engine.image_id(tag) for tag in sorted(set(MADE)) if engine.has_image(tag)]
     again = cli("verify", "--spec", str(spec), "--json", "--no-cache", cwd=spec.parent,
                 timeout=900)
     assert again.code == 0, again.out + again.err
     MADE.extend(prepared(events(again.out)))
     assert len(prepared(events(again.out))) == 2, again.out
+    replaced = [image for image in kept if not engine.has_image(image)]
+    assert len(replaced) == 2, (kept, replaced)  # the images prepared again are not left behind
 
 
 def python_project(root: Path, sandbox: str) -> Path:
@@ -160,7 +166,7 @@ def test_a_python_project_whose_tests_need_a_pypi_package(engine: DockerEngine,
     assert any("iniconfig" in str(e.get("line", "")) for e in found
                if e["event"] == "setup_output"), log
     assert all(engine.has_image(tag) for tag in tags)
-    assert_rerun_prepares_nothing(spec)
+    assert_rerun_prepares_nothing(engine, spec)
 
 
 def test_the_uv_recipe(engine: DockerEngine, tmp_path: Path) -> None:
@@ -272,3 +278,78 @@ def test_setup_reaches_the_registries_only(engine: DockerEngine, tmp_path: Path)
     assert any(re.match(r"https://pypi.org/\S+ 200", line) for line in lines), lines
     assert "169.254.169.254" in str(error["hint"]) and "refused" in str(error["hint"]), error
     assert "--setup-registry" in str(error["hint"])
+
+
+PROBE = """\
+import socket, sys
+port = int(sys.argv[1])
+try:
+    socket.getaddrinfo("pypi.org", 443)
+    print("dns: resolved")
+except OSError:
+    print("dns: failed")
+own = socket.gethostbyname(socket.gethostname())
+for host in (own.rsplit(".", 1)[0] + ".1", "172.17.0.1"):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        print("host", host, "reached")
+    except OSError as exc:
+        print("host", host, "unreachable:", exc)
+"""
+
+
+class Listener:
+    """A server on all of the host's addresses that counts who connects to it."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("0.0.0.0", 0))
+        self.port = self.server.getsockname()[1]
+        self.reached: list[str] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, address = self.server.accept()
+                self.reached.append(address[0])
+                connection.close()
+
+
+def test_setup_cannot_reach_the_host_or_resolve_names_itself(engine: DockerEngine,
+                                                           tmp_path: Path) -> None:
+    listener = Listener()
+    spec = make_project(tmp_path / "around", {"probe.py": PROBE, "a.txt": "a\n"},
+                        {"b.txt": "b\n", "c.txt": "c\n"},
+                        f'setup = "python3 probe.py {listener.port}"\ntest = "true"',
+                        ["b.txt"], ["c.txt"])
+    code, found, log = run(spec)
+    listener.server.close()
+    assert code == 0, log
+    lines = [str(e["line"]) for e in found if e["event"] == "setup_output"]
+    assert "dns: failed" in lines, lines  # names are the proxy's to resolve
+    hosts = [line for line in lines if line.startswith("host ")]
+    assert len(hosts) >= 2 and all("unreachable" in line for line in hosts), lines
+    assert listener.reached == []  # judged on the host: nothing came in
+
+
+def test_a_setup_that_rewrites_the_venv_cannot_reach_the_helper_or_keep_variables(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    """Setup (the repository's code) may rewrite /opt/venv, which is kept in the image and first
+    on PATH: a .pth file would run in any interpreter that reads it, and python3 there may be
+    anything. The helper (uid 10001) must use neither. A --pass-env variable reaches each
+    command but is never kept in the prepared image."""
+    plant = ("import site; open(site.getsitepackages()[0] + '/zz_probe.pth', 'w').write("
+             "'import os; open(\\'/tmp/pth-%d\\' % os.getuid(), \\'w\\').close()\\n')")
+    spec = make_project(tmp_path / "venv", {"plant.py": plant, "a.txt": "a\n"},
+                        {"b.txt": "b\n", "c.txt": "c\n"},
+                        'setup = ["python3 plant.py", "ln -sf /bin/false /opt/venv/bin/python3"]\n'
+                        'test = "test ! -e /tmp/pth-10001 && test \\"$RETCON_PROBE\\" = passed"',
+                        ["b.txt"], ["c.txt"])
+    result = cli("execute", str(spec), "--json", "--non-interactive", "--pass-env",
+                 "RETCON_PROBE", env={"RETCON_PROBE": "passed"}, timeout=900)
+    found = events(result.out)
+    MADE.extend(prepared(found))
+    assert_reconstructed(spec, result.code, found, result.out + result.err)
+    for tag in prepared(found):
+        variables = engine.client.images.get(tag).attrs["Config"]["Env"]
+        assert not [v for v in variables if v.startswith("RETCON_PROBE")], variables
