@@ -152,7 +152,8 @@ def test_an_image_without_python3_is_refused_with_the_requirement(
     backend = DockerBackend(engine, "retcon-sandbox-test/nopython:latest", SMALL, {},
                             tmp_path / "spec.toml")
     try:
-        with pytest.raises(SandboxError, match="has no python3"), backend.open("t"):
+        requirement = "has no /usr/bin/python3 or /usr/local/bin/python3, which the in-container"
+        with pytest.raises(SandboxError, match=requirement), backend.open("t"):
             pass
     finally:
         engine.client.images.remove("retcon-sandbox-test/nopython:latest", force=True)
