@@ -41,6 +41,9 @@ def prepare_branch(ctx: Run) -> None:
     cleaned = ctx.spec.cleaned
     tip = ctx.repo.branch_sha(cleaned)
     if tip is None:
+        if ctx.repo.clear_interrupted_update(cleaned, ctx.base):
+            ctx.report.emit("recovered", what=f"removed the lock a killed creation of {cleaned} "
+                            "left")
         ctx.repo.update_branch(cleaned, ctx.base, None, "create at merge-base")
         ctx.report.emit("branch_created", branch=cleaned, base=ctx.base)
         return

@@ -325,8 +325,36 @@ class Repo:
             self._git("update-ref", "-m", f"retcon-sandbox: {reason}", f"refs/heads/{branch}",
                       new, old or ZERO)
         except GitError as exc:
+            lock = self._ref_lock(branch)
+            if os.path.lexists(lock):
+                raise GitError(f"branch {branch!r} is locked by {lock}, which a git process "
+                               "left (one running now, or one that was killed)",
+                               "If no git command is running in this repository, remove it "
+                               f"(rm {lock}) and rerun: the run resumes from the spec."
+                               ) from None
             raise GitError(f"branch {branch!r} moved while retcon-sandbox was working on it "
                            f"({exc.message})", "Rerun: the run resumes from the spec.") from None
+
+    def clear_interrupted_update(self, branch: str, new: str) -> bool:
+        """Remove the lock an update of `branch` to `new` left when it was killed (kill -9
+        between git's lock and its rename): a regular file holding `new`, the value that update
+        was writing, or nothing yet. Any other lock is left alone. True if one was removed."""
+        lock = self._ref_lock(branch)
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False  # none, or not a plain file
+        try:
+            held = os.read(fd, 128).strip()
+        finally:
+            os.close(fd)
+        if held not in (b"", new.encode()):
+            return False
+        os.unlink(lock)
+        return True
+
+    def _ref_lock(self, branch: str) -> Path:
+        return self.common_dir() / "refs" / "heads" / f"{branch}.lock"
 
     def commit_files(self, branch: str, files: dict[str, str | None], message: str) -> str:
         """Commit `files` (None deletes) on top of `branch` (created if missing): our own content

@@ -1,7 +1,8 @@
 """retcon-sandbox's in-container helper. Standard library only; Python 3.8+.
 
-Started once per container (`python3 -I -c <this file> --workspace DIR`), it speaks JSON lines
-over stdin/stdout: one request per line, one response per line, carrying the request's id. A
+Started once per container (`/usr/bin/python3 -I -S -c <this file> --workspace DIR`: the
+system interpreter, never one found through PATH, nor any `site` or `.pth` file), it speaks JSON
+lines over stdin/stdout: one request per line, one response per line, carrying the request's id. A
 request may carry `"payload": N`, in which case N raw bytes follow its line, or `"chunked":
 true`, in which case frames follow (a 4-byte big-endian length, then that many bytes) up to an
 empty frame: how a tree streams in. No network port is opened, so it works with the network

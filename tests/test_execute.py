@@ -181,6 +181,29 @@ def test_kill_9_mid_run_then_rerun_completes_consistently(demo: Demo, tmp_path: 
     assert_every_commit_passes(demo, tmp_path)
 
 
+def test_a_run_killed_inside_its_branch_update_is_finished_on_rerun(demo: Demo) -> None:
+    """kill -9 between git's ref lock and its rename: the spec recorded the commit, the branch
+    did not move, and git's lock file holds the new value. The rerun removes that lock (and
+    only such a lock) and finishes the update."""
+    assert cli("execute", str(demo.spec), *LOCAL).code == 0
+    last = demo.git("rev-parse", "feature-clean")
+    text = demo.spec.read_text()
+    cut = text.rindex('    "complete",\n')
+    demo.spec.write_text(text[:cut] + text[cut + len('    "complete",\n'):])
+    demo.git("update-ref", "refs/heads/feature-clean", f"{last}~1")
+    lock = demo.path / ".git" / "refs" / "heads" / "feature-clean.lock"
+    lock.write_text("1" * 40 + "\n")  # another process's update: left alone, and named
+    refused = cli("execute", str(demo.spec), *LOCAL)
+    assert refused.code == 1, refused.out + refused.err
+    assert f"rm {lock}" in refused.out + refused.err and lock.exists()
+    lock.write_text(last + "\n")  # the killed run's own update
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert "removed the lock a killed update of feature-clean left" in result.out
+    assert not lock.exists() and demo.git("rev-parse", "feature-clean") == last
+    assert demo.spec.read_text().count('"complete"') == 4
+
+
 def test_squash_wip_leaves_one_commit_per_entry(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(reconstruction()) as model:

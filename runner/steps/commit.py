@@ -72,6 +72,9 @@ def recover(run: Run, commit: CommitSpec, step: Verify) -> None:
     if tip == expected or run.repo.is_ancestor(expected, tip):
         return
     if run.repo.exists(expected) and run.repo.parent_of(expected) == tip:
+        if run.repo.clear_interrupted_update(run.spec.cleaned, expected):
+            run.report.emit("recovered", number=commit.number,
+                            what=f"removed the lock a killed update of {run.spec.cleaned} left")
         run.repo.update_branch(run.spec.cleaned, expected, tip, "finish interrupted update")
         run.report.emit("recovered", number=commit.number,
                         what=f"moved {run.spec.cleaned} to {expected[:7]}")
