@@ -42,8 +42,8 @@ def prepare_branch(ctx: Run) -> None:
     tip = ctx.repo.branch_sha(cleaned)
     if tip is None:
         if ctx.repo.clear_interrupted_update(cleaned, ctx.base):
-            ctx.report.emit("recovered", what=f"removed the lock a killed creation of {cleaned} "
-                            "left")
+            ctx.report.emit("warning", message=f"removed the lock a killed creation of "
+                            f"{cleaned} left")
         ctx.repo.update_branch(cleaned, ctx.base, None, "create at merge-base")
         ctx.report.emit("branch_created", branch=cleaned, base=ctx.base)
         return

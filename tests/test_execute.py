@@ -204,6 +204,15 @@ def test_a_run_killed_inside_its_branch_update_is_finished_on_rerun(demo: Demo) 
     assert demo.spec.read_text().count('"complete"') == 4
 
 
+def test_a_run_killed_while_creating_the_branch_is_finished_on_rerun(demo: Demo) -> None:
+    lock = demo.path / ".git" / "refs" / "heads" / "feature-clean.lock"
+    lock.write_text(demo.git("merge-base", "main", "feature") + "\n")
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert "removed the lock a killed creation of feature-clean left" in result.out + result.err
+    assert not lock.exists()
+
+
 def test_squash_wip_leaves_one_commit_per_entry(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(reconstruction()) as model:
