@@ -81,8 +81,8 @@ class Refused(Exception):
 
 
 async def resolve(host: str, port: int, allowed: list[str]) -> str:
-    """The address to connect to: only for an allowed registry, and only when every address
-    the name has is globally routable."""
+    """The address to connect to: only for an allowed registry, and only when no address the
+    name has is blocked."""
     try:
         ipaddress.ip_address(host)
         raise Refused(f"{host} is an address, not a registry's name")
