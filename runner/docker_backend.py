@@ -16,7 +16,6 @@ import hashlib
 import io
 import json
 import socket
-import sys
 import tarfile
 import time
 import uuid
@@ -60,9 +59,9 @@ CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_C
 # The helper runs on the image's system interpreter, in isolated mode without `site`, never on
 # one found through PATH: setup (the repository's code, as COMMAND_UID) may rewrite the virtual
 # environment PATH names first, and what it leaves is kept in the prepared image.
-PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")  # in PATH's usual order
 _LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\" -I -S \"$@\"; "
-           f"fi; done; echo 'retcon-sandbox: no python3 in /usr/bin or /usr/local/bin' >&2; "
+           f"fi; done; echo 'retcon-sandbox: no python3 in /usr/local/bin or /usr/bin' >&2; "
            "exit 127")
 # Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
 # egress proxy alone (older engines forwarded internal networks' queries, CVE-2024-29018).
@@ -404,9 +403,11 @@ class DockerBackend:
     name = "docker"
 
     def __init__(self, engine: DockerEngine, image: str, settings: SandboxSettings,
-                 env: dict[str, str], spec_path: Path) -> None:
+                 env: dict[str, str], spec_path: Path, proxy_image: str | None = None) -> None:
+        """`proxy_image`: our own base image, which setup's egress proxy runs from."""
         self.engine = engine
         self.image = image
+        self.proxy_image = proxy_image
         self.settings = settings
         self.env = env
         self.spec_path = str(spec_path)
@@ -538,7 +539,11 @@ class DockerBackend:
         listening on the host is reachable from it. The proxy runs from our own base image,
         never the run's (which a spec names, and which setup may have changed)."""
         client = self.engine.client
-        image = _our_base_image(self.engine)
+        image = self.proxy_image
+        if image is None or not self.engine.has_image(image):
+            raise ImageError("setup's egress proxy runs from retcon-sandbox/base, which is not "
+                             "built", "Run `retcon-sandbox images build base`, or give "
+                             "--setup-network full (or none).")
         labels = {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path, **self.owner}
         suffix = uuid.uuid4().hex[:10]
         with contextlib.ExitStack() as stack:
@@ -552,7 +557,7 @@ class DockerBackend:
                     options={"com.docker.network.bridge.inhibit_ipv4": "true"})
                 stack.callback(_quietly, inside.remove)
                 proxy = client.containers.create(
-                    image=image, entrypoint=[PYTHONS[0]],
+                    image=image, entrypoint=["/usr/bin/python3"],  # our base's
                     command=["-I", "-S", "-c", egress_source(), str(PROXY_PORT), *registries],
                     user=f"{UID}:{GID}", network=outside.name, cap_drop=["ALL"],
                     security_opt=["no-new-privileges"], read_only=True,
@@ -588,8 +593,8 @@ class DockerBackend:
         except (SandboxError, ToolFailure) as exc:
             if transport.exit_code() in (126, 127):
                 raise SandboxError(
-                    f"image {image} has no /usr/bin/python3 or /usr/local/bin/python3, which "
-                    "the in-container helper needs",
+                    f"image {image} has no /usr/local/bin/python3 or /usr/bin/python3 (or no "
+                    "/bin/sh), which the in-container helper needs",
                     "Use an image with python3 (3.8 or newer), e.g. one built from images/ by "
                     "`retcon-sandbox images build`.") from None
             if isinstance(exc, SandboxError):
@@ -703,13 +708,6 @@ def helper_argv(*args: str) -> list[str]:
     """The in-container helper's command line (see PYTHONS)."""
     return ["/bin/sh", "-c", _LAUNCH, "retcon-helper", "-c", helper_source(), "--workspace",
             "/workspace", *args]
-
-
-def _our_base_image(engine: DockerEngine) -> str:
-    from retcon_sandbox import images  # it builds on this module
-
-    return images.ensure(engine, images.default_image(),
-                         lambda line: print(line, file=sys.stderr))
 
 
 def proxy_variables(url: str) -> dict[str, str]:

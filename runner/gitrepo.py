@@ -343,14 +343,22 @@ class Repo:
         try:
             fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return False  # none, or not a plain file
+            return False  # none, or a symlink: not such a lock
         try:
             held = os.read(fd, 128).strip()
+        except OSError:
+            return False  # a directory: not such a lock
         finally:
             os.close(fd)
         if held not in (b"", new.encode()):
             return False
-        os.unlink(lock)
+        try:
+            os.unlink(lock)
+        except FileNotFoundError:
+            pass  # its git process finished after all
+        except OSError as exc:
+            raise GitError(f"cannot remove {lock}: {exc.strerror}",
+                           f"Remove it (rm {lock}) and rerun.") from None
         return True
 
     def _ref_lock(self, branch: str) -> Path:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import re
 import socket
 import sys
 
@@ -27,10 +28,10 @@ import sys
 # ranges are not listed: no host service lives there, and TLS-intercepting networks answer there.
 BLOCKED = [ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-    "172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4",
-    "240.0.0.0/4",
-    "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2002::/16",
-    "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")]
+    "172.16.0.0/12", "192.0.0.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
+    "224.0.0.0/4", "240.0.0.0/4",
+    "::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23",
+    "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")]
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 20.0
@@ -71,7 +72,7 @@ def split_host_port(text: str, default: int) -> tuple[str, int]:
         host, sep, port = text.rpartition(":")
         if not sep:
             host, port = text, str(default)
-    if not port.isdigit() or len(port) > 5:
+    if not re.fullmatch(r"[0-9]{1,5}", port):
         raise Refused(f"bad port in {text[:80]!r}")
     return host, int(port)
 
@@ -93,8 +94,8 @@ async def resolve(host: str, port: int, allowed: list[str]) -> str:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port,
                                                               type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise Refused(f"{host} does not resolve ({exc})") from None
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise Refused(f"{host[:80]} does not resolve ({exc})") from None
     addresses = [str(info[4][0]) for info in infos]
     bad = [a for a in addresses if blocked(a)]
     if bad or not addresses:
@@ -136,14 +137,23 @@ def refuse(writer: asyncio.StreamWriter, why: str) -> None:
                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
+_LONE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab is allowed in header values
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:")  # a token, then the colon: no folding
+
+
 def parse(head: bytes) -> tuple[str, str, int, bytes]:
     """A proxy request's (method, host, port, bytes to send upstream first), or Refused.
     CONNECT goes to port 443 only, plain HTTP to port 80 only, with its Host header set to the
     URL's host (never the client's), and hop-by-hop headers dropped."""
-    lines = head.decode("latin-1").split("\r\n")
+    text = head.decode("latin-1")
+    if not text.endswith("\r\n\r\n") or _LONE_CONTROL.search(text[:-4].replace("\r\n", "")):
+        raise Refused("a request head with a control character or a bare CR or LF")
+    lines = text[:-4].split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3:
-        raise Refused("not an HTTP proxy request")
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise Refused("not an HTTP/1 proxy request")
+    if any(not _HEADER.match(line) for line in lines[1:]):
+        raise Refused("a malformed or folded header line")
     method, target, version = parts
     if method == "CONNECT":
         host, port = split_host_port(target, 443)
@@ -156,7 +166,7 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
     host, port = split_host_port(authority, 80)
     if port != 80:
         raise Refused(f"plain HTTP to port {port} (only 80)")
-    headers = [h for h in lines[1:] if h and not h.lower().startswith(
+    headers = [h for h in lines[1:] if not h.lower().startswith(
         ("host:", "proxy-", "connection:", "keep-alive:"))]
     upstream = "\r\n".join([f"{method} /{path} {version}", f"Host: {host}", *headers,
                              "Connection: close", "", ""])
@@ -207,6 +217,9 @@ async def main(port: int, allowed: list[str]) -> None:
         try:
             await serve(reader, writer, allowed)
         except (ConnectionError, OSError):
+            writer.close()
+        except Exception as exc:  # one bad request never stops the proxy: logged, closed
+            log(f"error: {type(exc).__name__}: {str(exc)[:200]}")
             writer.close()
         finally:
             clients -= 1

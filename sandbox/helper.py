@@ -1,13 +1,13 @@
 """retcon-sandbox's in-container helper. Standard library only; Python 3.8+.
 
-Started once per container (`/usr/bin/python3 -I -S -c <this file> --workspace DIR`: the
-system interpreter, never one found through PATH, nor any `site` or `.pth` file), it speaks JSON
-lines over stdin/stdout: one request per line, one response per line, carrying the request's id. A
-request may carry `"payload": N`, in which case N raw bytes follow its line, or `"chunked":
-true`, in which case frames follow (a 4-byte big-endian length, then that many bytes) up to an
-empty frame: how a tree streams in. No network port is opened, so it works with the network
-off. It makes itself non-dumpable, so nothing else in the container can read or write its
-pipes through /proc or trace it.
+Started once per container (`/usr/local/bin/python3` or `/usr/bin/python3`, `-I -S -c <this
+file> --workspace DIR`: the system interpreter, never one found through PATH, nor any `site` or
+`.pth` file), it speaks JSON lines over stdin/stdout: one request per line, one response per
+line, carrying the request's id. A request may carry `"payload": N`, in which case N raw bytes
+follow its line, or `"chunked": true`, in which case frames follow (a 4-byte big-endian length,
+then that many bytes) up to an empty frame: how a tree streams in. No network port is opened, so
+it works with the network off. It makes itself non-dumpable, so nothing else in the container
+can read or write its pipes through /proc or trace it.
 
 It confines every path to the workspace, never follows a symlink out of it, writes atomically,
 and runs commands with a timeout that kills the command's whole process tree.

@@ -4,6 +4,7 @@ keeps and restores what setup made. The Docker tier runs real setups (tests/dock
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
@@ -98,6 +99,7 @@ def test_the_proxy_allows_named_registries_only(host: str, ok: bool) -> None:
     ("fe80::1", True), ("fd00::1", True), ("::ffff:169.254.169.254", True),
     ("::169.254.169.254", True), ("2002:a9fe:a9fe::1", True), ("64:ff9b:1::a9fe:a9fe", True),
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True), ("x", True), ("fec0::1", True),
+    ("::ffff:0:a9fe:a9fe", True), ("192.88.99.1", True),
     ("151.101.0.223", False), ("2a04:4e42::223", False),
     ("203.0.113.80", False),  # documentation: where this network's TLS interception answers
 ])
@@ -116,9 +118,20 @@ def test_the_proxy_sets_host_and_port_itself() -> None:
     assert egress.parse(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")[1:3] == ("pypi.org", 443)
     for refused in (b"CONNECT pypi.org:80 HTTP/1.1", b"CONNECT pypi.org:22 HTTP/1.1",
                     b"GET http://pypi.org:443/ HTTP/1.1", b"CONNECT [::1]:x HTTP/1.1",
-                    b"GET /local HTTP/1.1", b"CONNECT pypi.org:99999999 HTTP/1.1", b"garbage"):
+                    b"GET /local HTTP/1.1", b"CONNECT pypi.org:99999999 HTTP/1.1", b"garbage",
+                    b"CONNECT pypi.org:4\xb23 HTTP/1.1", b"CONNECT pypi.org:443 HTTP/2",
+                    # a Host of the client's own, smuggled past the rewrite
+                    b"GET http://pypi.org/ HTTP/1.1\r\nX: a\nHost: evil.example",
+                    b"GET http://pypi.org/ HTTP/1.1\r\nAccept: x\r\n Host: evil.example",
+                    b"GET http://pypi.org/ HTTP/1.1\r\nHost : evil.example",
+                    b"GET http://pypi.org/\rx HTTP/1.1"):
         with pytest.raises(egress.Refused):
             egress.parse(refused + b"\r\n\r\n")
+
+
+def test_a_name_that_cannot_be_looked_up_is_refused_not_raised() -> None:
+    with pytest.raises(egress.Refused, match="does not resolve"):
+        asyncio.run(egress.resolve("a" * 70 + ".debian.org", 443, [".debian.org"]))
 
 
 def test_setup_network_options_come_from_the_command_line_and_are_checked() -> None:

@@ -153,7 +153,13 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
     from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
 
     engine = DockerEngine()
-    tag = images.ensure(engine, settings.image or images.default_image(),
-                        lambda line: print(line, file=sys.stderr), allow_pull=access.allow_pull)
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    tag = images.ensure(engine, settings.image or images.default_image(), say,
+                        allow_pull=access.allow_pull)
+    proxy = None  # setup's egress proxy runs from our own base image, built before any table
+    if settings.setup and access.setup.network == "registries":
+        proxy = images.ensure(engine, images.default_image(), say)
     return DockerBackend(engine, tag, settings, access.variables,
-                         Path(os.path.realpath(spec.path)))
+                         Path(os.path.realpath(spec.path)), proxy)

@@ -288,6 +288,11 @@ try:
     print("dns: resolved")
 except OSError:
     print("dns: failed")
+try:
+    v6 = open("/proc/net/if_inet6").read().split()
+except OSError:
+    v6 = []
+print("ipv6:", "present" if v6 else "none")  # not even link-local, to the host's bridge
 own = socket.gethostbyname(socket.gethostname())
 for host in (own.rsplit(".", 1)[0] + ".1", "172.17.0.1"):
     try:
@@ -327,6 +332,7 @@ def test_setup_cannot_reach_the_host_or_resolve_names_itself(engine: DockerEngin
     assert code == 0, log
     lines = [str(e["line"]) for e in found if e["event"] == "setup_output"]
     assert "dns: failed" in lines, lines  # names are the proxy's to resolve
+    assert "ipv6: none" in lines, lines
     hosts = [line for line in lines if line.startswith("host ")]
     assert len(hosts) >= 2 and all("unreachable" in line for line in hosts), lines
     assert listener.reached == []  # judged on the host: nothing came in
