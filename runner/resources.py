@@ -5,6 +5,7 @@ They are read through importlib.resources, so an installed wheel behaves exactly
 
 from __future__ import annotations
 
+from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from string import Template
@@ -19,10 +20,12 @@ def prompt(name: str, **values: object) -> str:
     return Template(prompt_text(name)).safe_substitute({k: str(v) for k, v in values.items()})
 
 
+@cache  # read once per process (the helper is sent with every exec)
 def helper_source() -> str:
     return (files("retcon_sandbox.sandbox") / "helper.py").read_text(encoding="utf-8")
 
 
+@cache  # read once per process (the helper is sent with every exec)
 def egress_source() -> str:
     return (files("retcon_sandbox.sandbox") / "egress.py").read_text(encoding="utf-8")
 

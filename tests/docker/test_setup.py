@@ -92,8 +92,10 @@ def remove_prepared(engine: DockerEngine) -> Iterator[None]:
         engine.remove_image(tag)
 
 
-def run(spec: Path, *extra: str) -> tuple[int, list[dict[str, object]], str]:
-    result = cli("execute", str(spec), "--json", "--non-interactive", *extra, timeout=900)
+def run(spec: Path, *extra: str, env: dict[str, str] | None = None
+        ) -> tuple[int, list[dict[str, object]], str]:
+    result = cli("execute", str(spec), "--json", "--non-interactive", *extra, env=env,
+                 timeout=900)
     found = events(result.out)
     MADE.extend(prepared(found))
     return result.code, found, result.out + result.err
@@ -351,11 +353,8 @@ def test_a_setup_that_rewrites_the_venv_cannot_reach_the_helper_or_keep_variable
                         'setup = ["python3 plant.py", "ln -sf /bin/false /opt/venv/bin/python3"]\n'
                         'test = "test ! -e /tmp/pth-10001 && test \\"$RETCON_PROBE\\" = passed"',
                         ["b.txt"], ["c.txt"])
-    result = cli("execute", str(spec), "--json", "--non-interactive", "--pass-env",
-                 "RETCON_PROBE", env={"RETCON_PROBE": "passed"}, timeout=900)
-    found = events(result.out)
-    MADE.extend(prepared(found))
-    assert_reconstructed(spec, result.code, found, result.out + result.err)
+    code, found, log = run(spec, "--pass-env", "RETCON_PROBE", env={"RETCON_PROBE": "passed"})
+    assert_reconstructed(spec, code, found, log)
     for tag in prepared(found):
         variables = engine.client.images.get(tag).attrs["Config"]["Env"]
         assert not [v for v in variables if v.startswith("RETCON_PROBE")], variables
