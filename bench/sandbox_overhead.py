@@ -23,10 +23,11 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from retcon_sandbox import demo_project, images
 from retcon_sandbox.archive import of_bytes
-from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
-from retcon_sandbox.settings import DEFAULTS
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.spec.settings import DEFAULTS
 
 BUILD = "python3 -m compileall -q shop tests"
 TEST = "python3 -m pytest -q -p no:cacheprovider"

@@ -25,10 +25,10 @@ import time
 import uuid
 from pathlib import Path
 
-from retcon_sandbox import images
-from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
-from retcon_sandbox.gitrepo import Repo
-from retcon_sandbox.settings import DEFAULTS
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.spec.settings import DEFAULTS
 
 CLI = (sys.executable, "-m", "retcon_sandbox")
 PREPARED: list[str] = []  # the environment this run prepared: removed at the end

@@ -20,8 +20,8 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from retcon_sandbox.history import CommitCreated, Complete, Entry
-from retcon_sandbox.spec import SpecFile
+from retcon_sandbox.spec.file import SpecFile
+from retcon_sandbox.spec.history import CommitCreated, Complete, Entry
 
 HINTS = "Move the helpers of this module and their callers; keep the tests for later. " * 40
 

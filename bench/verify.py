@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from retcon_sandbox.commands.demo import create
-from retcon_sandbox.gitrepo import Repo
+from retcon_sandbox.repo.gitrepo import Repo
 
 CLI = (sys.executable, "-m", "retcon_sandbox")
 BUILD = "python3 -m compileall -q calc tests"

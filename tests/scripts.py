@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from retcon_sandbox import demo_project as d
+from retcon_sandbox.repo import demo as d
 from tests.fake_openai import Call, Fault, Step, call
 
 BROKEN_DISCOUNTS = "def discounted_total(cart, code=None:\n    return 0\n"

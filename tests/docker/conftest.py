@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox import images
-from retcon_sandbox.docker_backend import LABEL_RUN, LABEL_SPEC, DockerBackend, DockerEngine
-from retcon_sandbox.settings import DEFAULTS
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import LABEL_RUN, LABEL_SPEC, DockerBackend, DockerEngine
+from retcon_sandbox.spec.settings import DEFAULTS
 
 
 def say(line: str) -> None:

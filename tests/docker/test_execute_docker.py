@@ -8,8 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from retcon_sandbox import demo_project, images
-from retcon_sandbox.docker_backend import LABEL_RUN, LABEL_SPEC, DockerEngine
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import LABEL_RUN, LABEL_SPEC, DockerEngine
+from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
 from tests.docker.conftest import ours
 from tests.fake_openai import FakeOpenAI

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
+from retcon_sandbox.backends.api import HelperSandbox, ToolFailure
+from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import SandboxError
-from retcon_sandbox.gitrepo import Repo
-from retcon_sandbox.sandbox_api import HelperSandbox, ToolFailure
-from retcon_sandbox.workspace import WorkState
+from retcon_sandbox.repo.gitrepo import Repo
 
 
 def still_serving(box: HelperSandbox) -> None:
@@ -110,7 +110,7 @@ def test_a_symlink_out_of_the_workspace_in_the_repository(tmp_path: Path,
     repo.commit_files("main", {"README.md": "hi\n"}, "init")
     tree = repo.make_tree(repo.tree_of("main"), [])
     link_blob = repo.write_blob(b"/etc")
-    from retcon_sandbox.gitrepo import FileChange, TreeEntry
+    from retcon_sandbox.repo.gitrepo import FileChange, TreeEntry
 
     tree = repo.make_tree(tree, [FileChange("escape", TreeEntry("120000", link_blob))])
     with backend.open("t") as box:
@@ -130,7 +130,7 @@ def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Pa
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
     monkeypatch.setenv("SOME_HOST_VAR", "host-only")
-    from retcon_sandbox import images
+    from retcon_sandbox.backends import images
     from tests.docker.conftest import SMALL
 
     backend = DockerBackend(engine, images.default_image(), SMALL, {"LANG": "C.UTF-8"},
@@ -143,7 +143,7 @@ def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Pa
 
 def test_an_image_without_python3_is_refused_with_the_requirement(
         engine: DockerEngine, tmp_path: Path) -> None:
-    from retcon_sandbox import images
+    from retcon_sandbox.backends import images
     from tests.docker.conftest import SMALL, build_test_image
 
     build_test_image(engine, "retcon-sandbox-test/nopython:latest",

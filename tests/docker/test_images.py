@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from retcon_sandbox import images
-from retcon_sandbox.docker_backend import DockerEngine
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import DockerEngine
 
 
 @pytest.mark.parametrize(("name", "checks"), [

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.docker_backend import DockerEngine
+from retcon_sandbox.backends.docker import DockerEngine
 from tests.conftest import ROOT, cli, git
 
 SPEC = """\

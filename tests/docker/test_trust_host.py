@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox import demo_project
+from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import cli, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
-from tests.test_names import FILE, ODD, listing, make_repo, run_git
-from tests.test_provenance import PWN, injected
+from tests.repo.test_names import FILE, ODD, listing, make_repo, run_git
+from tests.repo.test_provenance import PWN, injected
 
 DOCKER = ("--non-interactive",)
 ESC = "\x1b"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.docker_backend import DockerBackend, DockerEngine
+from retcon_sandbox.backends.api import HelperSandbox
+from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
 from retcon_sandbox.errors import SandboxError
-from retcon_sandbox.sandbox_api import HelperSandbox
 from tests.conftest import CLI, NEUTRAL, Result
 from tests.docker.conftest import build_test_image
-from tests.test_names import FILE, make_repo, run_git
+from tests.repo.test_names import FILE, make_repo, run_git
 
 FORGE = r"""
 import glob, json, os, signal

@@ -6,8 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from retcon_sandbox import images
-from retcon_sandbox.docker_backend import DockerEngine
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import DockerEngine
 from tests.conftest import cli, make_demo
 
 DOCKER = ("--non-interactive",)

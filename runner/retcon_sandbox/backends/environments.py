@@ -1,0 +1,279 @@
+"""Prepared environments: `[sandbox] setup` runs once per set of inputs, and its result is kept
+as an image every later sandbox of those inputs starts from, offline.
+
+An environment is keyed by the base image's ID, the setup commands, the git-metadata choice and
+version tag, and the content of the files `setup_inputs` matches in the tree being prepared for
+(by default the usual manifests and lock files of Python, Node, Rust and Go projects). So each
+commit is built and tested in an environment prepared from its own inputs: a commit that adds a
+dependency gets a new environment, and a rerun prepares nothing. The image is tagged
+`<prefix>/env:<key>`.
+
+Setup is the only step with network: by default (`--setup-network registries`, chosen on the
+command line only) it sits on an internal network whose only way out is an egress proxy that
+allows the package registries and nothing else (see `sandbox/egress.py`). It runs hardened like
+any sandbox, as the commands' uid, on the tree of the commit it prepares for, trusting the host's
+CA bundle. A setup that fails is a configuration error (exit 1), never a stuck commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.api import Backend, Sandbox
+from retcon_sandbox.backends.hostaccess import SetupPolicy
+from retcon_sandbox.backends.images import ENV_NAME, LABEL_ENV_BASE
+from retcon_sandbox.errors import ImageError, SetupError
+from retcon_sandbox.paths import Patterns
+from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
+from retcon_sandbox.report import Reporter
+from retcon_sandbox.spec.settings import SandboxSettings
+from retcon_sandbox.spec.statedir import StateDir
+
+if TYPE_CHECKING:
+    from retcon_sandbox.backends.docker import DockerBackend, DockerSandbox
+
+DEFAULT_INPUTS = tuple(f"**/{name}" for name in (  # at any depth (workspaces, monorepos)
+    "pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "requirements/*.txt",
+    "constraints*.txt", "Pipfile", "Pipfile.lock", "poetry.lock", "pdm.lock", "uv.lock",
+    "package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
+    "Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "go.mod", "go.sum",
+))
+CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                 "/etc/ssl/cert.pem")
+CA_LIMIT = 16 * 1024 * 1024
+OUTPUT_TAIL = 30
+
+
+_CERTIFICATE = re.compile(rb"-----BEGIN (TRUSTED )?CERTIFICATE-----[A-Za-z0-9+/=\s]+"
+                          rb"-----END \1?CERTIFICATE-----")
+
+
+def host_ca_bundle() -> tuple[Path, bytes] | None:
+    """The certificates of the CA bundle the host trusts: SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+    PIP_CERT, or the system's. Only the certificate blocks are taken: a file that also holds a
+    private key (as a proxy's combined PEM can) never has its key copied."""
+    named = [os.environ.get(v, "") for v in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")]
+    for candidate in [*filter(None, named), *CA_CANDIDATES]:
+        path = Path(candidate)
+        with contextlib.suppress(OSError):
+            if path.is_file() and path.stat().st_size <= CA_LIMIT:
+                certificates = certificate_blocks(path.read_bytes())
+                if certificates:
+                    return path, certificates
+    return None
+
+
+def certificate_blocks(pem: bytes) -> bytes:
+    """The PEM certificate blocks of `pem`, and nothing else."""
+    return b"".join(m.group(0) + b"\n" for m in _CERTIFICATE.finditer(pem))
+
+
+@dataclass(frozen=True)
+class Opened:
+    box: Sandbox
+    files: int
+    environment: str | None  # the prepared environment's image, if there is a setup
+
+
+class Environments:
+    """Opens each sandbox on its tree, from the environment prepared for that tree."""
+
+    def __init__(self, repo: Repo, backend: Backend, settings: SandboxSettings,
+                 policy: SetupPolicy, report: Reporter, source: str, fresh: bool = False
+                 ) -> None:
+        """`source`: the branch whose nearest tag versions the workspace's git metadata.
+        `fresh` (--no-cache): prepare each environment again, once per run, even if kept."""
+        self.repo = repo
+        self.backend = backend
+        self.settings = settings
+        self.policy = policy
+        self.report = report
+        self.tag = repo.describe_tag(source) if settings.git_metadata else None
+        self._inputs = Patterns(settings.setup_inputs or DEFAULT_INPUTS)
+        self._keys: dict[str, str | None] = {}
+        self._scope: str | None = None  # see scope()
+        self._fresh = fresh
+        self._prepared: set[str] = set()  # the keys this run prepared
+        self.git_lock = threading.Lock()  # trees stream from git one at a time (verify -j)
+        self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
+        self._warned = False
+
+    @property
+    def docker(self) -> DockerBackend | None:
+        from retcon_sandbox.backends.docker import DockerBackend
+
+        return self.backend if isinstance(self.backend, DockerBackend) else None
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """What every environment of this run shares: part of the verification cache's key."""
+        text = json.dumps({"setup": self.settings.setup, "inputs": self._inputs.items,
+                           "git": self.settings.git_metadata, "tag": self.tag})
+        return f" setup:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    def key(self, tree: str) -> str | None:
+        """The prepared environment `tree` needs (its image's key), or None without setup."""
+        if not self.settings.setup or self.docker is None:
+            return None
+        if tree not in self._keys:
+            with self.git_lock:
+                entries = self.repo.ls_tree(tree)
+            self._keys[tree] = environment_key(
+                self.docker.engine.image_id(self.docker.image), self.settings.setup,
+                self.settings.git_metadata, self.tag, inputs(entries, self._inputs),
+                self.scope())
+        return self._keys[tree]
+
+    def scope(self) -> str:
+        """A setup runs the repository's code: environments are never shared between
+        repositories, by path nor by a random id each repository keeps (so a clone elsewhere,
+        or another repository later cloned at the same path, prepares its own)."""
+        if self._scope is None:
+            common = self.repo.common_dir()
+            self._scope = f"{common.resolve()} {StateDir(common).scope()}"
+        return self._scope
+
+    # -- sandboxes ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def sandbox(self, label: str, tree: str) -> Iterator[Opened]:
+        """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
+        metadata when on."""
+        image = self.image_for(tree)
+        docker = self.docker
+        if docker is None:
+            self._local_warning()
+            with self.backend.open(label) as box:
+                with self.git_lock:
+                    files = box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+                yield Opened(box, files, None)
+            return
+        with docker.open(label, image) as dbox:
+            with self.git_lock:
+                files = dbox.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+            self._prepare_workspace(dbox)
+            yield Opened(dbox, files, image)
+
+    def image_for(self, tree: str) -> str | None:
+        key = self.key(tree)
+        docker = self.docker
+        if key is None or docker is None:
+            return None
+        repository = f"{images.prefix()}/{ENV_NAME}"
+        tag = f"{repository}:{key}"
+        with self._setup:
+            kept = docker.engine.has_image(tag)
+            if kept and not (self._fresh and key not in self._prepared):
+                return tag
+            replaced = docker.engine.image_id(tag) if kept else None
+            self._run_setup(docker, tree, repository, key)
+            self._prepared.add(key)
+            if replaced is not None and replaced != docker.engine.image_id(tag):
+                with contextlib.suppress(ImageError):  # still used by a container: prune
+                    docker.engine.remove_image(replaced)  # the image --no-cache replaced
+        return tag
+
+    def _prepare_workspace(self, box: DockerSandbox) -> None:
+        result = box.prepare_workspace(self.settings.git_metadata, self.tag)
+        if not result.passed and not self._warned:
+            self._warned = True
+            self.report.emit("warning", message="the workspace could not be made a git repository "
+                             f"(exit {result.exit_code}): {result.output.strip()[-300:]}; "
+                             "set [sandbox] git_metadata = false if the project needs none")
+
+    def _local_warning(self) -> None:
+        if self.settings.setup and not self._warned:
+            self._warned = True
+            self.report.emit("warning", message="--sandbox local does not run [sandbox] setup: "
+                             "the host's own environment is used")
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str) -> None:
+        started = time.monotonic()
+        commands = self.settings.setup
+        ca = host_ca_bundle()
+        self.report.emit("setup", image=docker.image, key=key, network=self.policy.network,
+                         commands=len(commands), ca=str(ca[0]) if ca else None)
+        with docker.open_setup("setup", self.policy.network, self.policy.registries,
+                               ca[1] if ca else None) as box:
+            with self.git_lock:
+                box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
+            self._prepare_workspace(box)
+            for command in commands:
+                self._setup_command(docker, box, command)
+            kept = box.snapshot()
+            if not kept.passed:
+                raise SetupError("setup passed, but what it made in the workspace could not be "
+                                 f"kept: {kept.output.strip()[-500:]}",
+                                 "The image needs a writable /var/tmp.")
+            docker.commit_image(box, repository, key, {
+                LABEL_ENV_BASE: docker.image,
+                "retcon-sandbox.env.setup": json.dumps(commands)[:4000]})
+        self.report.emit("setup_ready", tag=f"{repository}:{key}",
+                         seconds=round(time.monotonic() - started, 1))
+
+    def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:
+        self.report.emit("setup_command", command=command)
+        lines = _LineSplitter(lambda line: self.report.emit("setup_output", line=line))
+        result = box.run(command, self.settings.timeout, lines.feed)
+        lines.flush()
+        if result.passed:
+            return
+        tail = "\n".join(result.output.rstrip().splitlines()[-OUTPUT_TAIL:])
+        refused = [line for line in docker.proxy_log().splitlines()
+                   if line.startswith("refused")]
+        hint = ("Fix [sandbox] setup (or the files it reads), then rerun: nothing was "
+                "recorded, and the environment is prepared again.")
+        if refused:
+            hint += ("\nThe egress proxy refused:\n" + "\n".join(f"  {r}" for r in refused[-5:])
+                     + "\nSetup reaches the package registries only: add a host with "
+                     "--setup-registry HOST, or give --setup-network full.")
+        elif self.policy.network == "none":
+            hint += " Setup ran with --setup-network none: it had no network."
+        raise SetupError(f"setup command failed ({result.verdict()}): {command}\n{tail}", hint)
+
+
+def inputs(entries: dict[str, TreeEntry], patterns: Patterns) -> list[tuple[str, str, str]]:
+    """The files that key the environment: (path, mode, blob) of each match, sorted."""
+    return sorted((path, e.mode, e.sha) for path, e in entries.items() if patterns.matches(path))
+
+
+def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
+                    files: list[tuple[str, str, str]], scope: str = "") -> str:
+    text = json.dumps({"v": 1, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
+                       "inputs": files, "repository": scope})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _LineSplitter:
+    """Output chunks as whole lines (a partial line waits for its end, up to 4 KB)."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        for line in lines:
+            self._emit(line.decode("utf-8", "replace").rstrip("\r"))
+        if len(self._partial) > 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._partial:
+            self._emit(self._partial.decode("utf-8", "replace"))
+            self._partial = b""

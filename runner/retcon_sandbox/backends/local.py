@@ -1,0 +1,101 @@
+"""The local-directory backend: the helper as a plain subprocess in a temporary directory.
+
+It isolates nothing. It exists so the loop can be tested without Docker, and a user gets it
+only by asking for it by name (`--sandbox local`), with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from retcon_sandbox.backends.api import LINE_CAP, HelperSandbox, check_isolation
+from retcon_sandbox.errors import SandboxError
+from retcon_sandbox.resources import helper_source
+
+
+class PipeTransport:
+    """The local helper's pipes. Trusted code only, so no deadline is enforced here."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    def set_deadline(self, deadline: float | None) -> None:
+        pass
+
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def readline(self) -> bytes:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline(LINE_CAP + 1)
+        if len(line) > LINE_CAP:
+            raise SandboxError(f"the local helper sent a line over {LINE_CAP} bytes")
+        return line
+
+    def close(self) -> None:
+        if self._proc.stdin:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+
+    def describe_failure(self) -> str:
+        return f"the local helper exited with {self._proc.poll()}"
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        # Trusted code only: the host's PATH, so the host's toolchain is what runs.
+        self._env = {"PATH": os.environ.get("PATH", ""), **(env or {})}
+
+    @contextlib.contextmanager
+    def open(self, label: str) -> Iterator[HelperSandbox]:
+        root = Path(tempfile.mkdtemp(prefix="retcon-local-"))
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", helper_source(), "--workspace",
+                 str(root / "workspace"), "--no-isolation-checks"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root)
+        except OSError as exc:
+            _remove(root)
+            raise SandboxError(f"cannot start the local helper: {exc}") from None
+        box = HelperSandbox(PipeTransport(proc), self._env)
+        try:
+            check_isolation(box, "the local sandbox")
+            yield box
+        finally:
+            box.close()
+            _remove(root)
+
+    def reap(self) -> int:
+        return 0
+
+    def describe(self) -> str:
+        return "local (UNSANDBOXED: for tests only)"
+
+    def environment(self) -> str:
+        """The host's toolchain, as far as it can be named: the variables the commands see."""
+        digest = hashlib.sha256(json.dumps(self._env, sort_keys=True).encode()).hexdigest()
+        return f"local env:{digest[:16]}"
+
+
+def _remove(root: Path) -> None:
+    """Our own temporary directory, however deep (shutil.rmtree recurses per level)."""
+    subprocess.run(["rm", "-rf", "--", str(root)], check=False)

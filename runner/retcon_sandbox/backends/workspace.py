@@ -1,0 +1,136 @@
+"""The working state of one logical commit: a base tree, plus the host's record of every change
+made since. Commits are made from this record, never from the sandbox's files, so nothing a
+build leaves behind can reach a commit.
+
+The sandbox is opened on first use (a tool call, a command), holding the tree as recorded at
+that moment; a step that needs no sandbox (a `paths` commit whose verification is cached) starts
+no container at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from retcon_sandbox.backends.api import Sandbox, ToolFailure
+from retcon_sandbox.paths import PathRefused, repo_path
+from retcon_sandbox.repo.gitrepo import FileChange, Repo, TreeEntry
+
+DIFF_CAP = 200_000
+
+
+Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
+EnvironmentKey = Callable[[str], str | None]  # the prepared environment a tree needs
+
+
+class WorkState:
+    def __init__(self, repo: Repo, opener: Opener, base_tree: str, source: str,
+                 max_file_size: int, environment: EnvironmentKey | None = None) -> None:
+        self.repo = repo
+        self.max_file_size = max_file_size
+        self._open = opener
+        self._environment = environment
+        self._box: Sandbox | None = None
+        self._box_environment: str | None = None
+        self.base_tree = base_tree
+        self.source = source
+        self._base_entries = repo.ls_tree(base_tree)
+        self._changes: dict[str, FileChange] = {}
+
+    @property
+    def box(self) -> Sandbox:
+        """The sandbox, opened now if need be, holding the working tree as recorded."""
+        if self._box is None:
+            tree = self.tree()
+            self._box_environment = self._environment(tree) if self._environment else None
+            self._box = self._open(tree)
+        return self._box
+
+    @property
+    def command_box(self) -> Sandbox:
+        """The sandbox for a build or test: a new one, holding the recorded tree, when the tree
+        now needs another prepared environment than the open one (a dependency was added)."""
+        if self._box is not None and self._environment is not None \
+                and self._environment(self.tree()) != self._box_environment:
+            self._box = None
+        return self.box
+
+    @property
+    def opened(self) -> bool:
+        return self._box is not None
+
+    # -- the record -------------------------------------------------------------------------
+
+    def changes(self) -> list[FileChange]:
+        return list(self._changes.values())
+
+    def tree(self) -> str:
+        return self.repo.make_tree(self.base_tree, self.changes())
+
+    def committed(self, tree: str) -> None:
+        """The record became a commit with `tree`: that is the new base."""
+        self.base_tree = tree
+        self._base_entries = self.repo.ls_tree(tree)
+        self._changes.clear()
+
+    def _mode(self, path: str) -> str:
+        current = self._changes.get(path)
+        entry = current.entry if current else self._base_entries.get(path)
+        return entry.mode if entry and entry.mode == "100755" else "100644"
+
+    # -- what the tools and the deterministic steps do ------------------------------------
+
+    def put(self, path: str, entry: TreeEntry | None) -> None:
+        """Set `path` to a blob already in the repository (or delete it): `paths` commits. An open
+        sandbox gets the change too; one opened later loads it with the tree."""
+        if self._box is not None:
+            if entry is None:
+                self._box.delete_file(path, exact=True)
+            else:
+                self._box.write_file(path, self.repo.blob(entry.sha, self.max_file_size),
+                                     entry.mode, exact=True)
+        self._changes[path] = FileChange(path, entry)
+
+    def write_file(self, path: str, content: str) -> str:
+        path = _checked(path)
+        data = content.encode("utf-8")
+        mode = self._mode(path)
+        result = self.box.write_file(path, data, mode)
+        if result.status != "unchanged":
+            self._changes[path] = FileChange(path, TreeEntry(mode, self.repo.write_blob(data)))
+        if result.diff:
+            return f"{result.summary}\n{result.diff}"
+        return result.summary
+
+    def delete_file(self, path: str) -> str:
+        path = _checked(path)
+        summary = self.box.delete_file(path)
+        self._changes[path] = FileChange(path, None)
+        return summary
+
+    def read_file(self, path: str, offset: int | None, limit: int | None) -> str:
+        page = self.box.read_file(_checked(path), offset, limit)
+        if not page.more or page.end is None:
+            return page.text
+        return (f"{page.text}[showing lines {page.start}-{page.end} of {page.lines}; call "
+                f"read_file with offset={page.end + 1} to read on]")
+
+    def list_files(self, path: str | None) -> str:
+        files = self.box.list_files(_checked(path) if path else None)
+        return "\n".join(files) if files else "(no files)"
+
+    def read_diff(self, path: str | None = None) -> str:
+        paths = (_checked(path),) if path else ()
+        diff = self.repo.diff(self.tree(), self.source, paths)
+        if not diff:
+            return "(no differences: the working state matches the source branch here)"
+        if len(diff) > DIFF_CAP:
+            return (diff[: DIFF_CAP // 2] + f"\n[... {len(diff) - DIFF_CAP} characters omitted: "
+                    "call read_diff with a path ...]\n" + diff[-DIFF_CAP // 2 :])
+        return diff
+
+
+def _checked(path: str) -> str:
+    try:
+        return repo_path(path)
+    except PathRefused as exc:
+        raise ToolFailure(str(exc)) from None

@@ -1,0 +1,342 @@
+"""The command line: the parsers, and the one handler that maps errors to exit codes.
+
+Each command lives in `retcon_sandbox.commands.<name>` and returns an exit code; it is imported
+only when it runs, so `--help` stays fast. Every exception ends here as a short message and an
+exit code (see `errors.py`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import math
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any, TextIO, cast
+
+from retcon_sandbox import __version__
+from retcon_sandbox.backends.hostaccess import SETUP_NETWORKS
+from retcon_sandbox.errors import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    Interrupted,
+    RetconError,
+    UsageError,
+    internal_error,
+)
+from retcon_sandbox.report import JsonReporter
+from retcon_sandbox.text import sanitize
+
+PROG = "retcon-sandbox"
+
+
+# --- argument types: refuse what cannot be meant, with argparse's own usage error -------------
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
+    return value
+
+
+# --- the parsers ----------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors that name the command and suggest `-h`."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{self.prog}: {message}", f"Run `{self.prog} -h` for help.")
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model name [env: RETCON_SANDBOX_MODEL]")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL]")
+    parser.add_argument("--model-timeout", type=positive_float, metavar="S",
+                        help="seconds to wait for one model response "
+                        "[env: RETCON_SANDBOX_MODEL_TIMEOUT; default 120]")
+
+
+def _repo_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", metavar="DIR", help="the repository (default: the one that "
+                        "contains the current directory, else the spec's directory)")
+
+
+def _sandbox_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sandbox", choices=("docker", "local"), default="docker",
+                        help="where untrusted steps run; `local` isolates nothing (for tests "
+                        "only)")
+    parser.add_argument("--pass-env", action="append", metavar="NAME",
+                        help="pass this host variable into every sandbox (repeatable; refused "
+                        "when it looks like a credential). The spec cannot do this")
+    parser.add_argument("--allow-pull", action="store_true",
+                        help="let the engine pull an image that is not present and not ours "
+                        "(never done otherwise)")
+    parser.add_argument("--setup-network", choices=SETUP_NETWORKS, default="registries",
+                        help="what [sandbox] setup may reach: the package registries only "
+                        "(default), the full network, or nothing")
+    parser.add_argument("--setup-registry", action="append", metavar="HOST",
+                        help="let setup also reach HOST (a private index or mirror; "
+                        "\".example.com\" for every host under it; repeatable)")
+
+
+def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
+    parser.add_argument("--no-cache", action="store_true",
+                        help="build and test every tree again, even those with a cached result "
+                        "(new results are still recorded), and prepare every [sandbox] setup "
+                        "environment again")
+    parser.add_argument("-j", "--jobs", type=positive_int, metavar="N",
+                        help=f"sandboxes at a time for {parallel} (default: the number of cores)")
+
+
+def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
+    for name in ("execute", "reconstruct"):
+        p = sub.add_parser(name, help="run or resume the reconstruction of SPEC" if name ==
+                           "execute" else "alias of execute",
+                           description="Run or resume the reconstruction described by SPEC.")
+        p.add_argument("spec", metavar="SPEC", help="the history spec (TOML)")
+        _repo_option(p)
+        p.add_argument("--build", metavar="CMD", help="build command (overrides [sandbox] build)")
+        p.add_argument("--test", metavar="CMD", help="test command (overrides [sandbox] test)")
+        p.add_argument("--skip", action="append", choices=("build", "test"), default=[],
+                       help="skip the build or the tests (repeatable)")
+        p.add_argument("--image", help="sandbox image (overrides [sandbox] image)")
+        _model_options(p)
+        _sandbox_option(p)
+        p.add_argument("--timeout", type=positive_float, metavar="S",
+                       help="per-command timeout in seconds (overrides [sandbox] timeout)")
+        p.add_argument("--squash-wip", action="store_true",
+                       help="fold fix commits into their logical commit at the end (each "
+                       "squashed tree is verified first)")
+        _cache_options(p, "the squash check")
+        p.add_argument("--strict-provenance", action="store_true",
+                       help="stop (stuck) at a commit that gives a path content found in neither "
+                       "the base nor the source, until a human resolves it")
+        p.add_argument("--non-interactive", action="store_true",
+                       help="never ask for a resolution note; stop with exit 3")
+        p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")
+        p.set_defaults(command="execute")
+
+
+def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser(
+        "verify", help="build and test every commit of a range, N sandboxes at a time",
+        description="Build and test every commit of a range, each in a fresh sandbox, N at a "
+        "time, through the verification cache (git notes under refs/notes/retcon-sandbox). "
+        "Exit 0 when every commit passes, 3 when one fails.")
+    p.add_argument("target", nargs="?", metavar="SPEC | REV-RANGE",
+                   help="a spec (its cleaned branch, from the merge-base of source and remote) "
+                   "or a revision range such as main..feature")
+    p.add_argument("--spec", metavar="FILE", help="take the commands and sandbox settings "
+                   "from this spec (for a revision range)")
+    _repo_option(p)
+    p.add_argument("--build", metavar="CMD", help="build command (overrides the spec's)")
+    p.add_argument("--test", metavar="CMD", help="test command (overrides the spec's)")
+    p.add_argument("--image", help="sandbox image (overrides the spec's)")
+    _sandbox_option(p)
+    p.add_argument("--timeout", type=positive_float, metavar="S",
+                   help="per-command timeout in seconds")
+    _cache_options(p, "verify")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON event per commit, then a summary, on stdout")
+    p.set_defaults(command="verify")
+
+
+def _status(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("status", help="show each commit's state",
+                       description="Show each commit's state, from the spec alone.")
+    p.add_argument("spec", metavar="SPEC", help="the history spec (TOML)")
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    p.set_defaults(command="status")
+
+
+def _simple(sub: argparse._SubParsersAction[_Parser], name: str, text: str) -> _Parser:
+    p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+    p.set_defaults(command=name)
+    return p
+
+
+def _clean(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _simple(sub, "clean", "remove sandbox containers of runs that are no longer alive")
+    p.add_argument("specs", metavar="SPEC", nargs="*",
+                   help="only the containers of runs on these specs")
+    p.add_argument("--all", action="store_true",
+                   help="also remove the containers of runs still in progress, and of runs on "
+                   "other hosts sharing this engine")
+
+
+def _demo(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _simple(sub, "demo", "build a messy demo repository and reconstruct it in the sandbox")
+    p.add_argument("--directory", metavar="DIR", help="where to create the demo repository")
+    p.add_argument("--llm", action="store_true", help="use hints and a model instead of paths")
+    _model_options(p)
+    _sandbox_option(p)
+
+
+def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("images", help="build, list and prune the sandbox images",
+                       description="The sandbox images, tagged by the content of their inputs.")
+    images = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    images.required = True
+    build = images.add_parser("build", help="build the images (bootstrapping a base offline "
+                              "when no registry answers)")
+    build.add_argument("names", nargs="*", metavar="NAME", help="images to build (default: all)")
+    images.add_parser("bootstrap", help="make a Debian base with debootstrap and docker import")
+    images.add_parser("list", help="list the images and whether each is current")
+    prune = images.add_parser("prune", help="remove images built from older inputs, and "
+                              "prepared environments whose base image is gone or stale")
+    prune.add_argument("--environments", action="store_true",
+                       help="also remove every prepared environment ([sandbox] setup prepares "
+                       "them again when needed)")
+    p.set_defaults(command="images")
+
+
+def parser() -> _Parser:
+    top = _Parser(prog=PROG, description="Reconstruct a messy branch into clean, logical "
+                  "commits. Every build, test and LLM file tool runs in an offline Docker "
+                  "container.")
+    top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    _execute(sub)
+    _verify(sub)
+    _status(sub)
+    _simple(sub, "prompt", "print guidance for writing a spec, for a person or an agent")
+    _clean(sub)
+    _demo(sub)
+    _images(sub)
+    _simple(sub, "version", "print the version")
+    _version_everywhere(top)
+    return top
+
+
+def _version_everywhere(parser: argparse.ArgumentParser) -> None:
+    """`--version` works on every command and subcommand, as `-h` does."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument("--version", action="version", version=f"{PROG} {__version__}",
+                                   help="print the version and exit")
+                _version_everywhere(child)
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+class StdoutClosed(Exception):
+    """Whoever reads our standard output went away (`retcon-sandbox status spec | head -1`)."""
+
+
+class _Stdout:
+    """sys.stdout, with a write to a closed pipe turned into `StdoutClosed`: a broken pipe
+    elsewhere (a sandbox's, a subprocess's) stays what it is."""
+
+    def __init__(self, wrapped: TextIO) -> None:
+        self._wrapped = wrapped
+
+    def write(self, text: str) -> int:
+        try:
+            return self._wrapped.write(text)
+        except BrokenPipeError:
+            raise StdoutClosed from None
+
+    def flush(self) -> None:
+        try:
+            self._wrapped.flush()
+        except BrokenPipeError:
+            raise StdoutClosed from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so nothing (not even the final flush) writes to the pipe."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        os.close(devnull)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "version":
+        print(f"{PROG} {__version__}")
+        return 0
+    module = importlib.import_module(f"retcon_sandbox.commands.{args.command}")
+    command: Callable[[argparse.Namespace], int] = module.run
+    return command(args)
+
+
+def report_error(exc: RetconError, as_json: bool) -> None:
+    if as_json:
+        with contextlib.suppress(StdoutClosed, OSError):
+            JsonReporter().emit("error", kind=exc.kind, message=exc.message, hint=exc.hint,
+                                exit_code=exc.exit_code)
+    label = exc.kind if exc.kind in ("stuck", "interrupted") else "error"
+    sys.stderr.write(sanitize(f"\n✗ {label}: {exc.message}\n"))
+    if exc.hint:
+        sys.stderr.write(sanitize("  " + exc.hint.replace("\n", "\n  ") + "\n"))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    real_stdout = sys.stdout
+    sys.stdout = cast(TextIO, _Stdout(real_stdout))
+    try:
+        code = _main(argv)
+    finally:
+        sys.stdout = real_stdout
+    sys.exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    as_json = "--json" in (sys.argv[1:] if argv is None else argv)  # until parsed
+    command = None
+    try:
+        args = parser().parse_args(argv)
+        as_json = bool(getattr(args, "json", False))
+        command = args.command
+        code = _run(args)
+        sys.stdout.flush()
+    except RetconError as exc:
+        report_error(exc, as_json)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        report_error(Interrupted("every finished step is saved in the spec; rerun the same "
+                                 "command to resume."), as_json)
+        code = EXIT_INTERRUPTED
+    except StdoutClosed:  # like `git log | head -1`: stop quietly
+        _discard_stdout()
+        if command in ("execute", "demo"):
+            sys.stderr.write("\n✗ stopped: standard output was closed; every finished step is "
+                             "saved in the spec, rerun the same command to resume.\n")
+        code = EXIT_ERROR
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug of ours: say so, keep the traceback in a file
+        report_error(internal_error(exc), as_json)
+        code = EXIT_ERROR
+    return code

@@ -1,0 +1,44 @@
+"""`retcon-sandbox clean`: remove the sandbox containers of runs that are no longer alive (killed
+with -9, or on a host that rebooted). A run in progress keeps its containers, and so does a run
+on another host sharing the engine; `--all` removes those too."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from retcon_sandbox.backends import liveness
+from retcon_sandbox.backends.docker import LABEL_SPEC, DockerEngine
+from retcon_sandbox.errors import EXIT_OK
+
+
+def removable(labels: dict[str, str], here: str, everything: bool) -> bool:
+    if everything:
+        return True
+    owner = liveness.owner_of(labels)
+    started = liveness.process_start(owner.pid) if owner and owner.host == here else None
+    return not liveness.alive(owner, here, started)
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = DockerEngine()
+    specs = {os.path.realpath(spec) for spec in args.specs}
+    here = liveness.host()
+    removed = kept = 0
+    for container_id, labels in engine.sandbox_containers().items():
+        if specs and labels.get(LABEL_SPEC) not in specs:
+            continue
+        if removable(labels, here, args.all):
+            engine.remove_container(container_id)
+            removed += 1
+        else:
+            kept += 1
+    for network_id, labels in engine.sandbox_networks().items():
+        if (not specs or labels.get(LABEL_SPEC) in specs) and removable(labels, here, args.all):
+            engine.remove_network(network_id)
+    print(f"Removed {removed} sandbox container(s)." if removed else
+          "No sandbox containers of finished runs left.")
+    if kept:
+        print(f"Kept {kept} of runs still in progress (or on other hosts); `retcon-sandbox clean "
+              "--all` removes them too.")
+    return EXIT_OK

@@ -1,0 +1,64 @@
+"""`retcon-sandbox demo`: build a messy repository, reconstruct it, show before and after."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from retcon_sandbox.commands import execute
+from retcon_sandbox.errors import EXIT_OK, UsageError
+from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo.gitrepo import Repo
+
+WIDTH = 44
+
+
+def create(directory: Path, with_paths: bool, spec_text: str | None = None) -> Path:
+    """The demo repository and its spec (the demo's own, unless given); returns the spec's
+    path."""
+    if directory.exists() and any(directory.iterdir()):
+        raise UsageError(f"{directory} is not empty", "Give --directory a new or empty folder.")
+    directory.mkdir(parents=True, exist_ok=True)
+    repo = Repo.init(directory, "main")
+    repo.commit_files("main", dict(demo_project.BASE), "Initial shop: a cart and its tests")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    for message, files in demo_project.MESSY:
+        repo.commit_files("feature", files, message)
+    repo.check_out("main")
+    spec = directory / "history-spec.toml"
+    spec.write_text(spec_text or demo_project.spec_text(with_paths), encoding="utf-8")
+    return spec
+
+
+def side_by_side(repo: Repo) -> str:
+    base = repo.merge_base(repo.resolve("feature"), repo.resolve("main"))
+    left = [f"{sha[:7]} {subject}" for sha, subject in repo.log(base, "feature")]
+    right = [f"{sha[:7]} {subject}" for sha, subject in repo.log(base, "feature-clean")]
+    rows = [f"  {'Messy: feature':<{WIDTH}}  Clean: feature-clean",
+            f"  {'-' * (WIDTH - 2):<{WIDTH}}  {'-' * (WIDTH - 2)}"]
+    for i in range(max(len(left), len(right))):
+        a = left[i] if i < len(left) else ""
+        b = right[i] if i < len(right) else ""
+        rows.append(f"  {a[:WIDTH]:<{WIDTH}}  {b}".rstrip())
+    return "\n".join(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    directory = Path(args.directory) if args.directory else None
+    target = (directory or Path(tempfile.mkdtemp(prefix="retcon-demo-"))).resolve()
+    spec = create(target, with_paths=not args.llm)
+    print(f"Demo repository: {target}")
+    print(f"  main: the shop; feature: {len(demo_project.MESSY)} messy commits on top")
+    print(f"  spec: {spec}\n")
+    code = execute.execute(execute.ExecuteOptions(
+        spec=spec, repo=target, model=args.model, base_url=args.base_url,
+        model_timeout=args.model_timeout, sandbox=args.sandbox, non_interactive=True))
+    repo = Repo(target)
+    print("\n" + side_by_side(repo))
+    same = repo.tree_of("feature") == repo.tree_of("feature-clean")
+    print(f"\nTree check: feature-clean {'==' if same else '!='} feature "
+          f"{'✓' if same else '✗'}")
+    print(f"\nLook around:\n  cd {target}\n  git log --stat feature-clean\n"
+          f"  retcon-sandbox status {spec.name}")
+    return code if code != EXIT_OK or same else 1

@@ -1,0 +1,152 @@
+"""`retcon-sandbox execute SPEC`: run or resume the reconstruction loop.
+
+Everything that can be checked is checked before anything is written: the spec, the repository
+and its branches, the model (one preflight request), the sandbox. Only then is the cleaned
+branch created and the first entry appended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from retcon_sandbox.backends import hostaccess
+from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.commands.options import (
+    ModelOptions,
+    find_repo,
+    make_agent,
+    make_backend,
+    require_model,
+    sandbox_settings,
+)
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK
+from retcon_sandbox.reconstruct import engine
+from retcon_sandbox.reconstruct.context import Run, RunOptions
+from retcon_sandbox.reconstruct.steps.commit import blocked_error
+from retcon_sandbox.repo import checks
+from retcon_sandbox.report import Reporter, make_reporter
+from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
+from retcon_sandbox.spec.history import Blocked, Done, next_step
+from retcon_sandbox.spec.statedir import StateDir
+from retcon_sandbox.verify.cache import Cache
+from retcon_sandbox.verify.pool import default_jobs
+from retcon_sandbox.verify.stages import Commands, Verifier
+
+
+@dataclass(frozen=True)
+class ExecuteOptions:
+    spec: Path
+    repo: Path | None = None
+    build: str | None = None
+    test: str | None = None
+    skip: frozenset[str] = frozenset()
+    model: str | None = None
+    base_url: str | None = None
+    model_timeout: float | None = None
+    image: str | None = None
+    sandbox: str = "docker"
+    squash_wip: bool = False
+    non_interactive: bool = False
+    json: bool = False
+    timeout: float | None = None
+    no_cache: bool = False
+    jobs: int | None = None
+    pass_env: tuple[str, ...] = ()
+    allow_pull: bool = False
+    strict_provenance: bool = False
+    setup_network: str = "registries"
+    setup_registry: tuple[str, ...] = ()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
+        return cls(spec=Path(args.spec), repo=Path(args.repo) if args.repo else None,
+                   build=args.build, test=args.test, skip=frozenset(args.skip),
+                   model=args.model, base_url=args.base_url, model_timeout=args.model_timeout,
+                   image=args.image, sandbox=args.sandbox, squash_wip=args.squash_wip,
+                   non_interactive=args.non_interactive, json=args.json, timeout=args.timeout,
+                   no_cache=args.no_cache, jobs=args.jobs,
+                   pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
+                   strict_provenance=args.strict_provenance,
+                   setup_network=args.setup_network,
+                   setup_registry=tuple(args.setup_registry or ()))
+
+
+def run(args: argparse.Namespace) -> int:
+    return execute(ExecuteOptions.from_args(args))
+
+
+def execute(options: ExecuteOptions) -> int:
+    reporter = make_reporter(options.json)
+    access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
+                                          options.setup_network, list(options.setup_registry))
+    specfile = SpecFile(options.spec)
+    spec = specfile.load()
+    repo = find_repo(options.repo, specfile.real)
+    state_dir = StateDir(repo.common_dir())
+    with specfile.locked(state_dir.lock_path(specfile.real)):
+        spec = specfile.load()
+        revs = checks.revisions(repo, spec)
+        checks.recorded_commits(repo, spec)
+        checks.source_names(repo, revs)
+        tip = repo.branch_sha(spec.cleaned) or revs.base
+        checks.path_patterns(repo, spec, tip, revs.source)
+        model = ModelOptions(options.model, options.base_url, options.model_timeout).settings()
+        require_model(spec, model)
+        interactive = not options.non_interactive and not options.json and sys.stdin.isatty()
+        stop_if_blocked(spec, interactive, reporter)
+        settings = sandbox_settings(spec, options.image, options.build, options.test,
+                                    options.timeout, reporter)
+        backend = make_backend(options.sandbox, spec, settings, access)
+        transcript = state_dir.transcript_path(specfile.real)
+        agent = make_agent(model, transcript, reporter)
+        reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
+                      cleaned=spec.cleaned, sandbox=backend.describe(),
+                      transcript=str(transcript) if agent else None)
+        envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
+                            fresh=options.no_cache)
+        verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
+                                     options.skip), reporter,
+                            Cache(repo, read=not options.no_cache),
+                            backend.environment() + envs.describe())
+        ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
+                  RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
+                             strict_provenance=options.strict_provenance),
+                  settings, envs,
+                  ask=ask_note if interactive else None,
+                  source=revs.source, base=revs.base)
+        try:
+            result = engine.run(ctx)
+        finally:
+            if agent is not None:
+                agent.transcript.close()
+            if verifier.cache is not None and verifier.cache.problem:
+                reporter.emit("warning", message="build and test results were not cached: "
+                              + verifier.cache.problem)
+    return EXIT_OK if result.trees_equal else EXIT_ERROR
+
+
+def stop_if_blocked(spec: Spec, interactive: bool, reporter: Reporter) -> None:
+    """The first commit to work on is stuck and nobody can be asked: stop before anything."""
+    for commit in spec.commits:
+        step = next_step(commit.history)
+        if isinstance(step, Done):
+            continue
+        if isinstance(step, Blocked) and not interactive:
+            reporter.emit("resume", number=commit.number, total=len(spec.commits),
+                          subject=commit.subject)
+            raise blocked_error(spec.path.name, commit, step.summary, previously=True)
+        return
+
+
+def ask_note(commit: CommitSpec, summary: str) -> str | None:
+    sys.stdout.write(f"\n  Commit #{commit.number} is stuck: {summary}\n"
+                     "  Type a resolution note (recorded as `resolved` and given to the model), "
+                     "or SKIP to stop:\n")
+    try:
+        answer = input("  > ").strip()
+    except EOFError:
+        return None
+    return None if not answer or answer.upper() == "SKIP" else answer

@@ -1,0 +1,165 @@
+"""Turning options, the spec and the environment into a repository, a backend and a model."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retcon_sandbox.backends.api import Backend
+from retcon_sandbox.backends.hostaccess import HostAccess
+from retcon_sandbox.errors import ConfigError, GitError, ModelError, UsageError
+from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.report import Reporter
+from retcon_sandbox.spec.file import Spec
+from retcon_sandbox.spec.history import Done, next_step
+from retcon_sandbox.spec.settings import SandboxSettings, SettingError
+
+NO_ACCESS = HostAccess()
+
+if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
+    from retcon_sandbox.model.agent import Agent
+    from retcon_sandbox.model.llm import ModelSettings
+
+
+def find_repo(explicit: Path | None, spec_real: Path) -> Repo:
+    """--repo DIR; else the repository containing the current directory; else the spec's."""
+    if explicit is not None:
+        try:
+            return Repo(explicit)
+        except GitError:
+            raise GitError(f"--repo {explicit}: not a git repository",
+                           "Give --repo the repository's directory (or one inside it).") from None
+    try:
+        return Repo(Path.cwd())
+    except GitError:
+        pass
+    try:
+        return Repo(spec_real.parent)
+    except GitError:
+        raise GitError("no git repository here, nor where the spec is",
+                       "Run retcon-sandbox inside the repository, or give --repo DIR.") from None
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    model: str | None
+    base_url: str | None
+    timeout: float | None = None
+
+    def settings(self) -> ModelSettings | None:
+        model = self.model or os.environ.get("RETCON_SANDBOX_MODEL")
+        if not model:
+            return None
+        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
+        api_key = os.environ.get("OPENAI_API_KEY")
+        if not api_key and not base_url:
+            raise ModelError("a model is named but OPENAI_API_KEY is not set",
+                             "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
+                             "needs no key (Ollama, vLLM).")
+        attempts = int(_env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
+        max_wait = _env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
+        timeout = self.timeout or _env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
+        from retcon_sandbox.model.llm import ModelSettings
+
+        return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
+                             timeout=timeout)
+
+
+def _env_number(name: str, default: float, integer: bool = False) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        kind = "a whole number" if integer else "a number"
+        raise ConfigError(f"{name}={raw!r} is not {kind} greater than 0",
+                          f"Set {name} to {kind} greater than 0, or unset it (default "
+                          f"{default:g}).")
+    return value
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"  ⚠ {text}\n")
+
+
+def make_agent(settings: ModelSettings | None, transcript: Path,
+               reporter: Reporter | None = None) -> Agent | None:
+    """The model, checked by one preflight request (nothing is written before it answers).
+    Each retry is announced on stderr and, for --json, as a `model_retry` event."""
+    if settings is None:
+        return None
+    from retcon_sandbox.model.agent import Agent, StepLimits, Transcript
+    from retcon_sandbox.model.llm import OpenAIChat
+
+
+    def notice(text: str) -> None:
+        _warn(text)
+        if reporter is not None:
+            reporter.emit("model_retry", message=text)
+
+    model = OpenAIChat(settings, notice)
+    model.preflight()
+    return Agent(model, Transcript(transcript), StepLimits())
+
+
+def require_model(spec: Spec, settings: ModelSettings | None) -> None:
+    """Stop before doing anything if a pending commit needs a model and none is configured."""
+    if settings is not None:
+        return
+    needing = [c for c in spec.commits
+               if c.paths is None and not isinstance(next_step(c.history), Done)]
+    if needing:
+        names = "\n".join(f"  #{c.number} {c.subject}" for c in needing)
+        raise ModelError(
+            f"these commits have no `paths` and need a model, but none is configured:\n{names}",
+            "Give --model (or RETCON_SANDBOX_MODEL) and OPENAI_API_KEY, plus --base-url (or "
+            "OPENAI_BASE_URL) for a non-OpenAI endpoint; or add `paths = [...]` to those commits.")
+
+
+def sandbox_settings(spec: Spec, image: str | None, build: str | None, test: str | None,
+                     timeout: float | None, reporter: Reporter) -> SandboxSettings:
+    """The spec's settings with this run's command-line overrides, each one printed."""
+    overrides = {"image": image, "build": build, "test": test, "timeout": timeout}
+    try:
+        settings = spec.sandbox.replace(**overrides)
+    except SettingError as exc:
+        key, message = exc.args
+        raise UsageError(f"--{key}: {message}") from None
+    for key, value in overrides.items():
+        if value is not None and value != getattr(spec.sandbox, key):
+            reporter.emit("override", key=key, value=value, spec=getattr(spec.sandbox, key))
+    return settings
+
+
+def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
+                 access: HostAccess = NO_ACCESS) -> Backend:
+    """Where sandboxes run; `access` (from the command line only) is what the host lets in."""
+    if kind == "local":
+        from retcon_sandbox.backends.local import LocalBackend
+
+        sys.stderr.write("⚠ --sandbox local: builds, tests and file tools run UNSANDBOXED on this "
+                         "machine. Use it only for code you trust (and for our own tests).\n")
+        return LocalBackend(access.variables)
+    if kind != "docker":
+        raise UsageError(f"unknown sandbox {kind!r} (expected docker or local)")
+    from retcon_sandbox.backends import images
+    from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+
+    engine = DockerEngine()
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    tag = images.ensure(engine, settings.image or images.default_image(), say,
+                        allow_pull=access.allow_pull)
+    proxy = None  # setup's egress proxy runs from our own base image, built before any table
+    if settings.setup and access.setup.network == "registries":
+        proxy = images.ensure(engine, images.default_image(), say)
+    return DockerBackend(engine, tag, settings, access.variables,
+                         Path(os.path.realpath(spec.path)), proxy)

@@ -1,0 +1,286 @@
+"""`retcon-sandbox verify [SPEC | REV-RANGE] [-j N]`: build and test every commit of a range, each
+in a fresh sandbox, N at a time, through the verification cache.
+
+The range is the spec's cleaned branch from the merge-base of its source and remote, or a
+revision range (`main..feature`) with commands from `--build`/`--test` or `--spec FILE`. Exit
+code 0 when every commit passes, 3 when one fails (a human is needed, as for a stuck commit), 1
+for a configuration error. Nothing is written but the cache's notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+from retcon_sandbox.backends import hostaccess
+from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.commands.options import find_repo, make_backend, sandbox_settings
+from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
+from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter
+from retcon_sandbox.spec.file import Spec, SpecFile
+from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
+from retcon_sandbox.spec.statedir import StateDir
+from retcon_sandbox.text import sanitize
+from retcon_sandbox.verify.cache import REF, Cache, Outcome
+from retcon_sandbox.verify.pool import Item, Pool, default_jobs
+from retcon_sandbox.verify.stages import Commands, Verifier
+from retcon_sandbox.verify.table import (
+    RangeTarget,
+    Row,
+    SpecTarget,
+    failures,
+    header,
+    parse_target,
+    render_row,
+    summary,
+    totals,
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    repo: Repo
+    spec: Spec | None
+    settings: SandboxSettings
+    label: str  # the range, as the user reads it
+    rows: list[Row]
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    reporter: Reporter = JsonReporter() if args.json else HumanReporter()
+    access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
+                                          args.setup_registry)
+    plan = make_plan(args, reporter)
+    settings = plan.settings
+    commands = Commands(settings.build, settings.test, settings.timeout)
+    if not (commands.build or commands.test):
+        raise ConfigError("nothing to verify with: no build or test command",
+                          "Give --build and/or --test, or a spec (--spec FILE) whose [sandbox] "
+                          "has them.")
+    run_id = uuid.uuid4().hex[:12]
+    label = StateDir(plan.repo.common_dir()).root / f"verify-{run_id}"
+    holder = replace(plan.spec, path=label) if plan.spec else \
+        Spec(label, "", "", "", settings)
+    backend = make_backend(args.sandbox, holder, settings, access)
+    source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
+    envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
+                        fresh=bool(args.no_cache))
+    environment = backend.environment() + envs.describe()
+    verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
+                        environment)
+    jobs = args.jobs or default_jobs()
+    reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
+                  sandbox=backend.describe(), environment=environment, cache=REF,
+                  no_cache=bool(args.no_cache))
+    display = make_display(args.json, reporter, plan, commands)
+    if not args.json:
+        print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
+                       f"  Sandbox: {backend.describe()}\n"
+                       f"  Cache: {REF} ({'not read: --no-cache' if args.no_cache else 'read'}"
+                       f"; environment {environment})\n"), flush=True)
+    display.begin()
+    by_tree: dict[str, list[Row]] = {}
+    for row in plan.rows:
+        by_tree.setdefault(row.tree, []).append(row)
+
+    def on_start(item: Item) -> None:
+        for row in by_tree[item.tree]:
+            row.started = time.monotonic()
+            row.state = "running"
+
+    def on_done(item: Item, outcome: Outcome) -> None:
+        for row in by_tree[item.tree]:
+            row.outcome = outcome
+            row.state = "done"
+            display.finished(row)
+
+    pool = Pool(plan.repo, envs, verifier, jobs)
+    pool.run([Item(row.tree, f"verify-{row.sha[:12]}") for row in plan.rows], on_done,
+             on_start, display.tick)
+    if verifier.cache is not None and verifier.cache.problem:
+        reporter.emit("warning", message="results were not cached: "
+                      + verifier.cache.problem)
+    return display.end(time.monotonic() - started)
+
+
+# --- what to verify ------------------------------------------------------------------------
+
+
+def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
+    target_text: str | None = args.target
+    is_spec = target_text is not None and (target_text.endswith(".toml")
+                                           or Path(target_text).is_file())
+    target = parse_target(target_text, args.spec, is_spec)
+    spec_path = target.path if isinstance(target, SpecTarget) else args.spec
+    spec: Spec | None = None
+    specfile = None
+    if spec_path:
+        specfile = SpecFile(Path(spec_path))
+        spec = specfile.load()
+    repo = find_repo(Path(args.repo) if args.repo else None,
+                     specfile.real if specfile else Path.cwd() / "(none)")
+    if spec is not None:
+        settings = sandbox_settings(spec, args.image, args.build, args.test, args.timeout,
+                                    reporter)
+    else:
+        settings = command_line_settings(args)
+    if isinstance(target, SpecTarget):
+        assert spec is not None
+        label, commits = spec_range(repo, spec)
+    else:
+        label, commits = revision_range(repo, target)
+    if not commits:
+        raise GitError(f"no commits to verify in {label}",
+                       "BASE..TIP names the commits reachable from TIP and not from BASE.")
+    rows = [Row(i, sha, tree, subject) for i, (sha, tree, subject) in enumerate(commits, 1)]
+    return Plan(repo, spec, settings, label, rows)
+
+
+def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
+    try:
+        return DEFAULTS.replace(image=args.image, build=args.build, test=args.test,
+                                timeout=args.timeout)
+    except SettingError as exc:
+        key, message = exc.args
+        raise UsageError(f"--{key}: {message}") from None
+
+
+def spec_range(repo: Repo, spec: Spec) -> tuple[str, list[tuple[str, str, str]]]:
+    source = repo.resolve(spec.source)
+    remote = repo.resolve(spec.remote)
+    base = repo.merge_base(source, remote)
+    tip = repo.branch_sha(spec.cleaned)
+    if tip is None:
+        raise GitError(f"the cleaned branch {spec.cleaned!r} does not exist yet",
+                       f"Run `retcon-sandbox execute {spec.path.name}` first, or verify a "
+                       f"revision range: retcon-sandbox verify {spec.remote}..{spec.source} "
+                       f"--spec {spec.path.name}")
+    if not repo.is_ancestor(base, tip):
+        raise GitError(f"the cleaned branch {spec.cleaned!r} does not descend from the "
+                       f"merge-base of {spec.source} and {spec.remote} ({base[:12]})")
+    return f"{spec.cleaned} (from {base[:7]})", repo.commits_in(tip, base)
+
+
+def revision_range(repo: Repo, target: RangeTarget) -> tuple[str, list[tuple[str, str, str]]]:
+    tip = repo.resolve(target.tip)
+    base = repo.resolve(target.base) if target.base is not None else None
+    return target.text, repo.commits_in(tip, base)
+
+
+# --- showing it --------------------------------------------------------------------------------
+
+
+class Display:
+    """Plain lines, one per commit as it finishes (stdout is not a terminal)."""
+
+    def __init__(self, plan: Plan, commands: Commands, out: TextIO) -> None:
+        self.rows = plan.rows
+        self.planned = {"build": bool(commands.build), "test": bool(commands.test)}
+        self.digits = len(str(len(plan.rows)))
+        self.out = out
+        self.width = 200
+
+    def line(self, row: Row) -> str:
+        return render_row(row, self.planned, time.monotonic(), self.width, self.digits)
+
+    def begin(self) -> None:
+        self.out.write(header(self.width, self.digits) + "\n")
+        self.out.flush()
+
+    def finished(self, row: Row) -> None:
+        self.out.write(self.line(row) + "\n")
+        self.out.flush()
+
+    def tick(self) -> None:
+        pass
+
+    def end(self, seconds: float) -> int:
+        t = totals(self.rows)
+        lines = failures(self.rows)
+        if lines:
+            self.out.write("\nFailures:\n" + "\n".join(lines) + "\n")
+        self.out.write("\n" + summary(t, seconds) + "\n")
+        if not t.ok:
+            self.out.write("Exit 3: fix the failing commits (the tails of their output are "
+                           "above) and verify again; --no-cache runs cached ones again.\n")
+        self.out.flush()
+        return EXIT_OK if t.ok else EXIT_STUCK
+
+
+class LiveDisplay(Display):
+    """The whole table, redrawn in place (stdout is a terminal)."""
+
+    def __init__(self, plan: Plan, commands: Commands, out: TextIO) -> None:
+        super().__init__(plan, commands, out)
+        self.width = shutil.get_terminal_size().columns - 1
+        self.shown: list[str] = []
+
+    def draw(self, again: bool) -> None:
+        lines = [self.line(row) for row in self.rows]
+        if again and lines == self.shown:
+            return
+        text = f"\x1b[{len(self.rows)}F" if again else ""
+        self.out.write(text + "".join("\x1b[2K" + line + "\n" for line in lines))
+        self.out.flush()
+        self.shown = lines
+
+    def begin(self) -> None:
+        super().begin()
+        self.draw(again=False)
+
+    def finished(self, row: Row) -> None:
+        pass
+
+    def tick(self) -> None:
+        self.draw(again=True)
+
+    def end(self, seconds: float) -> int:
+        self.draw(again=True)
+        return super().end(seconds)
+
+
+class JsonDisplay(Display):
+    """One `commit_verified` event per commit, then `verify_summary`."""
+
+    def __init__(self, plan: Plan, commands: Commands, reporter: Reporter) -> None:
+        super().__init__(plan, commands, sys.stdout)
+        self.reporter = reporter
+
+    def begin(self) -> None:
+        pass
+
+    def finished(self, row: Row) -> None:
+        outcome = row.outcome
+        assert outcome is not None
+        stages = {s.which: s.verdict for s in outcome.stages}
+        self.reporter.emit("commit_verified", number=row.number, sha=row.sha, tree=row.tree,
+                           subject=row.subject, passed=outcome.passed,
+                           build=stages.get("build"), tests=stages.get("test"),
+                           seconds=round(outcome.seconds, 3), cached=outcome.cached,
+                           tail=None if outcome.passed else outcome.tail)
+
+    def end(self, seconds: float) -> int:
+        t = totals(self.rows)
+        code = EXIT_OK if t.ok else EXIT_STUCK
+        self.reporter.emit("verify_summary", commits=t.commits, passed=t.passed,
+                           failed=t.failed, cached=t.cached, seconds=round(seconds, 3),
+                           failing=[r.sha for r in self.rows if r.outcome and
+                                    not r.outcome.passed], exit_code=code)
+        return code
+
+
+def make_display(as_json: bool, reporter: Reporter, plan: Plan, commands: Commands) -> Display:
+    if as_json:
+        return JsonDisplay(plan, commands, reporter)
+    lines = shutil.get_terminal_size().lines
+    if sys.stdout.isatty() and len(plan.rows) + 4 < lines:
+        return LiveDisplay(plan, commands, sys.stdout)
+    return Display(plan, commands, sys.stdout)

@@ -1,0 +1,150 @@
+"""What one run works with, and the few operations that write: append a history entry, make a
+commit on the cleaned branch, record a stuck commit. The steps (`extract`, `fixloop`,
+`remainder`, `squash`) are functions over this context; `engine` drives them.
+
+Order of writes for a commit: objects first, then the `commit_created` entry, then the branch
+moves by compare-and-swap. A run killed between the last two is recovered on resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from retcon_sandbox.backends.api import Backend, Sandbox
+from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.errors import RetconError
+from retcon_sandbox.repo import provenance
+from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
+from retcon_sandbox.repo.provenance import Provenance
+from retcon_sandbox.report import Reporter
+from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
+from retcon_sandbox.spec.history import (
+    Budgets,
+    CommitCreated,
+    Entry,
+    Extract,
+    Stuck,
+    Verify,
+    commits_created,
+    next_step,
+)
+from retcon_sandbox.spec.settings import SandboxSettings
+from retcon_sandbox.verify.stages import Verifier
+
+if TYPE_CHECKING:  # openai loads only when a model is named (commands/setup.make_agent)
+    from retcon_sandbox.model.agent import Agent
+
+AskNote = Callable[[CommitSpec, str], str | None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    squash_wip: bool = False
+    budgets: Budgets = field(default_factory=Budgets)
+    strict_provenance: bool = False
+    jobs: int = 1
+
+
+@dataclass
+class Run:
+    specfile: SpecFile
+    spec: Spec
+    repo: Repo
+    backend: Backend
+    verifier: Verifier
+    agent: Agent | None
+    report: Reporter
+    options: RunOptions
+    settings: SandboxSettings
+    envs: Environments
+    ask: AskNote | None = None
+    source: str = ""
+    base: str = ""
+    tokens: dict[str, int] = field(default_factory=dict)
+    _source_entries: dict[str, TreeEntry] | None = None
+    _base_entries: dict[str, TreeEntry] | None = None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def tip(self) -> str:
+        tip = self.repo.branch_sha(self.spec.cleaned)
+        if tip is None:
+            raise RetconError(f"the cleaned branch {self.spec.cleaned!r} disappeared during the "
+                              "run", "Rerun: it is recreated and the run resumes from the spec.")
+        return tip
+
+    def commit_spec(self, number: int) -> CommitSpec:
+        return self.spec.commits[number - 1]
+
+    def source_entries(self) -> dict[str, TreeEntry]:
+        if self._source_entries is None:
+            self._source_entries = self.repo.ls_tree(self.repo.tree_of(self.source))
+        return self._source_entries
+
+    def provenance(self, commit: CommitSpec) -> Provenance:
+        """The paths this logical commit's commits gave content found in neither the base nor
+        the source (see `provenance`)."""
+        if self._base_entries is None:
+            self._base_entries = self.repo.ls_tree(self.repo.tree_of(self.base))
+        made = [sha for sha in commits_created(commit.history) if self.repo.exists(sha)]
+        return provenance.of_commits(self.repo, made, self._base_entries, self.source_entries())
+
+    @contextlib.contextmanager
+    def sandbox(self, label: str, number: int | None = None) -> Iterator[WorkState]:
+        """A working state on the cleaned branch's tip (for commit `number`, if it is one
+        commit's); its sandbox opens on first use, from the environment prepared for the tree
+        it holds, and is removed when the block exits (or when another one replaces it)."""
+        with contextlib.ExitStack() as stack:
+            current: list[contextlib.ExitStack] = []
+
+            def open_box(tree: str) -> Sandbox:
+                for previous in current:
+                    previous.close()
+                current.clear()
+                inner = stack.enter_context(contextlib.ExitStack())
+                current.append(inner)
+                started = time.monotonic()
+                opened = inner.enter_context(self.envs.sandbox(label, tree))
+                where = {} if number is None else {"number": number}
+                self.report.emit("sandbox", **where, files=opened.files,
+                                 seconds=time.monotonic() - started,
+                                 environment=opened.environment)
+                return opened.box
+
+            yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
+                            self.settings.max_file_size, self.envs.key)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, commit: CommitSpec, entry: Entry) -> CommitSpec:
+        self.spec, updated = self.specfile.append(commit, entry)
+        return updated
+
+    def make_commit(self, commit: CommitSpec, state: WorkState, message: str
+                    ) -> tuple[CommitSpec, str]:
+        """The working state as a commit on the cleaned branch, recorded in the history; the
+        updated commit and the new commit's sha."""
+        tip = self.tip()
+        tree = state.tree()
+        sha = self.repo.commit_tree(tree, tip, message)
+        commit = self.append(commit, CommitCreated(sha))
+        self.repo.update_branch(self.spec.cleaned, sha, tip, f"commit #{commit.number}")
+        state.committed(tree)
+        return commit, sha
+
+    def stuck(self, commit: CommitSpec, summary: str) -> CommitSpec:
+        commit = self.append(commit, Stuck(summary))
+        step = next_step(list(commit.history))
+        if isinstance(step, Extract | Verify) and step.note:
+            self.report.emit("auto_response", number=commit.number, text=step.note)
+        else:
+            self.report.emit("stuck", number=commit.number, summary=summary)
+        return commit
+
+    def add_tokens(self, key: str, total: int) -> None:
+        self.tokens[key] = self.tokens.get(key, 0) + total

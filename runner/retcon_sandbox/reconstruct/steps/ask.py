@@ -1,0 +1,28 @@
+"""Asking the model for one step, and the resolution note it is shown after a `stuck`."""
+
+from __future__ import annotations
+
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.model.tools import WORK_TOOLS, Assigned, GaveUp, Outcome, StepContext
+from retcon_sandbox.reconstruct.context import Run
+from retcon_sandbox.resources import prompt
+from retcon_sandbox.spec.file import CommitSpec
+
+
+def ask_model(run: Run, commit: CommitSpec, state: WorkState, task: str, label: str,
+              offered: tuple[str, ...] = WORK_TOOLS) -> Outcome:
+    assert run.agent is not None
+    ctx = StepContext(state, run.verifier)
+    outcome, usage = run.agent.run(ctx, task, f"commit-{commit.number}/{label}", offered)
+    run.add_tokens(str(commit.number), usage.total)
+    if isinstance(outcome, Assigned):  # not offered in a work step
+        outcome = GaveUp("The model ended a work step without a commit.")
+    if isinstance(outcome, GaveUp):
+        run.report.emit("llm_stuck", number=commit.number, summary=outcome.summary)
+    return outcome
+
+
+def resolution(stuck: str | None, note: str | None) -> str:
+    if not note:
+        return ""
+    return prompt("resolution", stuck=stuck or "(no summary)", note=note)

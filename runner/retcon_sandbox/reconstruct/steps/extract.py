@@ -1,0 +1,64 @@
+"""Extraction: moving one logical commit's changes from the source branch into the working
+state, by plain code for `paths` commits, or by the model from the hints."""
+
+from __future__ import annotations
+
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.model.tools import EXTRACT_TOOLS, Committed, GaveUp, NothingLeft
+from retcon_sandbox.paths import Patterns
+from retcon_sandbox.reconstruct.context import Run
+from retcon_sandbox.reconstruct.steps.ask import ask_model, resolution
+from retcon_sandbox.resources import prompt
+from retcon_sandbox.spec.file import CommitSpec
+from retcon_sandbox.spec.history import Extract, NothingToExtract
+
+
+def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract) -> CommitSpec:
+    if step.note:
+        run.report.emit("resolved", number=commit.number, note=step.note)
+    working = state.tree()
+    diff_lines = run.repo.diff_lines(working, run.source)
+    run.report.emit("diff", number=commit.number, lines=diff_lines)
+    if commit.paths is not None:
+        return take_paths(run, commit, state)
+    run.report.emit("extracting", number=commit.number)
+    task = prompt("extract", number=commit.number, total=len(run.spec.commits),
+                  message=commit.message, hints=commit.hints or "(none)", diff_lines=diff_lines,
+                  diffstat=run.repo.diff_stat(working, run.source) or "(empty)",
+                  resolution=resolution(step.stuck, step.note))
+    outcome = ask_model(run, commit, state, task, "extract", EXTRACT_TOOLS)
+    if isinstance(outcome, GaveUp):
+        return run.stuck(commit, outcome.summary)
+    if isinstance(outcome, NothingLeft):
+        return nothing_left(run, commit, outcome.reason)
+    assert isinstance(outcome, Committed)
+    commit, sha = run.make_commit(commit, state, commit.message)
+    run.report.emit("creating_commit", number=commit.number, sha=sha)
+    return commit
+
+
+def take_paths(run: Run, commit: CommitSpec, state: WorkState) -> CommitSpec:
+    assert commit.paths is not None
+    patterns = Patterns(commit.paths)
+    changed = [p for p in run.repo.changed_paths(state.tree(), run.source) if patterns.matches(p)]
+    if not changed:
+        return nothing_left(run, commit, "none of its paths (" + ", ".join(commit.paths) +
+                            ") differ from the source branch any more")
+    run.report.emit("taking_paths", number=commit.number, paths=changed)
+    take_from_source(run, state, changed)
+    commit, sha = run.make_commit(commit, state, commit.message)
+    run.report.emit("creating_commit", number=commit.number, sha=sha)
+    return commit
+
+
+def take_from_source(run: Run, state: WorkState, paths: list[str]) -> None:
+    """Set `paths` to their state on the source branch, from its own objects."""
+    entries = run.source_entries()
+    for path in paths:
+        state.put(path, entries.get(path))
+
+
+def nothing_left(run: Run, commit: CommitSpec, reason: str) -> CommitSpec:
+    run.report.emit("nothing_to_extract", number=commit.number, subject=commit.subject,
+                    reason=reason)
+    return run.append(commit, NothingToExtract(reason))

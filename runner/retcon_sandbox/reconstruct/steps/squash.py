@@ -1,0 +1,133 @@
+"""`--squash-wip`: fold each commit's fixups into it, leaving one commit per spec entry, each
+the tree that passed plus the remainder fixups that belong to it (and to the commits before
+it).
+
+Such a folded tree is new: it was never built or tested as it is. Every squashed tree that is not
+the tree of a commit that passed is verified (through the cache, N sandboxes at a time), and the
+branch moves, once, by compare-and-swap, only when every one passes and the final tree is
+unchanged (`history.squash_check`). Otherwise the unsquashed branch stays as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retcon_sandbox.errors import RetconError, StuckError
+from retcon_sandbox.reconstruct.context import Run
+from retcon_sandbox.repo.gitrepo import FileChange
+from retcon_sandbox.spec.history import (
+    Complete,
+    KeepBranch,
+    NothingToExtract,
+    SquashedTree,
+    commits_created,
+    passed_commits,
+    squash_check,
+)
+from retcon_sandbox.verify.cache import Outcome
+from retcon_sandbox.verify.pool import Item, Pool
+
+
+@dataclass(frozen=True)
+class Planned:
+    number: int
+    subject: str
+    message: str
+    tree: str
+
+
+def first_parent(run: Run) -> str:
+    for commit in run.spec.commits:
+        first = commits_created(commit.history)
+        if first:
+            return run.repo.parent_of(first[0]) or run.base
+    return run.base
+
+
+def squashed_trees(run: Run) -> list[Planned]:
+    """Each spec entry that made a commit, with its tree once its fixups are folded."""
+    folded: list[FileChange] = []
+    planned: list[Planned] = []
+    for commit in run.spec.commits:
+        history = list(commit.history)
+        if any(isinstance(e, NothingToExtract) for e in history):
+            continue
+        done = history.index(Complete())
+        tree = run.repo.tree_of(commits_created(history[:done])[-1])
+        for sha in commits_created(history[done:]):  # remainder fixups of this commit
+            entries = run.repo.ls_tree(run.repo.tree_of(sha))
+            before = run.repo.parent_of(sha) or sha
+            folded += [FileChange(p, entries.get(p)) for p in run.repo.changed_paths(before, sha)]
+        planned.append(Planned(commit.number, commit.subject, commit.message,
+                               run.repo.make_tree(tree, folded)))
+    return planned
+
+
+def passed_trees(run: Run) -> set[str]:
+    """The trees the loop built and tested, and that passed."""
+    return {run.repo.tree_of(sha) for commit in run.spec.commits
+            for sha in passed_commits(commit.history) if run.repo.exists(sha)}
+
+
+def squash(run: Run) -> None:
+    tip = run.tip()
+    parent = first_parent(run)
+    planned = squashed_trees(run)
+    if len(run.repo.log(parent, tip)) == len(planned):
+        return  # one commit per entry already
+    last = planned[-1]
+    planned[-1] = Planned(last.number, last.subject, last.message,
+                          run.repo.tree_of(tip))  # nothing after it is lost
+    new = parent
+    for entry in planned:
+        new = run.repo.commit_tree(entry.tree, new, entry.message)
+    outcomes = verify_new_trees(run, planned)
+    decision = squash_check(run.repo.tree_of(new), run.repo.tree_of(tip), [
+        SquashedTree(p.number, p.subject, outcomes[p.tree].passed if p.tree in outcomes else True)
+        for p in planned])
+    if isinstance(decision, KeepBranch):
+        raise refusal(run, decision, planned, outcomes, tip)
+    run.repo.update_branch(run.spec.cleaned, new, tip, "squash fix commits")
+    run.report.emit("squashed", commits=len(planned), tip=new, old_tip=tip)
+
+
+def verify_new_trees(run: Run, planned: list[Planned]) -> dict[str, Outcome]:
+    """Build and test each squashed tree that no passing commit had."""
+    known = passed_trees(run)
+    new = [p for p in planned if p.tree not in known]
+    if not new or not run.verifier.runs_anything:
+        return {}
+    run.report.emit("squash_verify", trees=len(new), jobs=run.options.jobs)
+    by_tree = {p.tree: p for p in new}
+
+    def finished(item: Item, outcome: Outcome) -> None:
+        entry = by_tree[item.tree]
+        failed = next((s for s in outcome.stages if not s.passed), None)
+        run.report.emit("squash_tree", number=entry.number, subject=entry.subject,
+                        verdict=failed.verdict if failed else "PASS", cached=outcome.cached,
+                        seconds=outcome.seconds, tree=item.tree)
+        if failed is not None:
+            run.report.emit("failure_output", number=entry.number, tail=outcome.tail)
+
+    pool = Pool(run.repo, run.envs, run.verifier,
+                run.options.jobs)
+    return pool.run([Item(p.tree, f"squash-{p.number}") for p in new], finished)
+
+
+def refusal(run: Run, decision: KeepBranch, planned: list[Planned],
+            outcomes: dict[str, Outcome], tip: str) -> RetconError:
+    if not decision.stuck:
+        return RetconError(f"{decision.summary}; the branch was not moved",
+                           "This is a bug in retcon-sandbox; the unsquashed branch is intact.")
+    details = []
+    for entry in planned:
+        outcome = outcomes.get(entry.tree)
+        if entry.number in decision.failing and outcome and outcome.failure:
+            details.append(f"#{entry.number}: " + outcome.failure.splitlines()[0])
+    return StuckError(
+        f"{decision.summary} once the fixups are folded in; {run.spec.cleaned} was not "
+        f"squashed and stays at {tip[:12]}, where every commit passed as it was made\n  "
+        + "\n  ".join(details),
+        "A remainder fixup folded into an earlier commit makes a tree that was never tested "
+        "before. Keep the fixups (rerun without --squash-wip: the branch is complete as it is), "
+        "or move the change to the commit it needs in the spec and redo the reconstruction.")

@@ -1,0 +1,88 @@
+"""Checks of a spec against its repository, run before the cleaned branch is created or any
+entry is appended: a run that cannot work stops here, with what to do, having written nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retcon_sandbox.errors import GitError, SpecError
+from retcon_sandbox.paths import Patterns
+from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
+from retcon_sandbox.spec.file import Spec
+from retcon_sandbox.spec.history import Extract, Fresh, commits_created, next_step
+
+
+@dataclass(frozen=True)
+class Revisions:
+    source: str
+    remote: str
+    base: str
+
+
+def revisions(repo: Repo, spec: Spec) -> Revisions:
+    """Resolve the spec's branches and check them against git's rules and each other."""
+    name = spec.path.name
+    problem = repo.branch_name_problem(spec.cleaned)
+    if problem:
+        raise SpecError(f"{name}: cleaned: {spec.cleaned!r} is not a valid branch name "
+                        f"({problem})")
+    source = repo.resolve(spec.source)
+    remote = repo.resolve(spec.remote)
+    for key, ref in (("source", spec.source), ("remote", spec.remote)):
+        if repo.full_ref(ref) == f"refs/heads/{spec.cleaned}":
+            raise SpecError(f"{name}: cleaned: {spec.cleaned!r} is the same branch as `{key}` "
+                            f"({ref!r}); the cleaned branch is rewritten, so it must be another")
+    if source == remote:
+        raise GitError(f"nothing to reconstruct: source ({spec.source}) and remote "
+                       f"({spec.remote}) are the same commit")
+    if repo.is_shallow() and not repo.has_merge_base(source, remote):
+        raise GitError("this is a shallow clone, and the history that joins source and remote "
+                       "is missing", "Fetch it: git fetch --unshallow (in CI: actions/checkout "
+                       "with fetch-depth: 0).")
+    base = repo.merge_base(source, remote)
+    if repo.tree_of(base) == repo.tree_of(source):
+        raise GitError(f"nothing to reconstruct: {spec.source} changes nothing since its "
+                       f"merge-base with {spec.remote} ({base[:12]})")
+    where = repo.checked_out_at(spec.cleaned)
+    if where:
+        raise GitError(f"the cleaned branch {spec.cleaned!r} is checked out in {where}",
+                       "Switch that worktree to another branch first: retcon-sandbox never "
+                       "touches a working tree, so it will not move a branch that is checked "
+                       "out.")
+    return Revisions(source, remote, base)
+
+
+def recorded_commits(repo: Repo, spec: Spec) -> None:
+    for commit in spec.commits:
+        for sha in commits_created(commit.history):
+            if not repo.exists(sha):
+                raise SpecError(f"{spec.path.name}: [[commit]] #{commit.number} → history: "
+                                f"commit_created {sha[:12]} does not exist in this repository",
+                                "Was the spec written for another clone? Remove the entries of "
+                                "commits that do not exist, then rerun.")
+
+
+def source_names(repo: Repo, revs: Revisions) -> None:
+    """No path to reconstruct is one git treats as `.git` (it would never be committed, so the
+    final tree could not equal the source's): refused by name before anything is written."""
+    for path in repo.changed_paths(revs.base, revs.source):
+        refuse_dotgit(path)
+
+
+def path_patterns(repo: Repo, spec: Spec, tip: str, source: str) -> None:
+    """Every pattern of a `paths` commit still to extract must match something still to
+    reconstruct."""
+    remaining = repo.changed_paths(tip, source)
+    for commit in spec.commits:
+        if commit.paths is None or not isinstance(next_step(commit.history), Fresh | Extract):
+            continue
+        unmatched = Patterns(commit.paths).unmatched(remaining)
+        if unmatched:
+            raise SpecError(
+                f"{spec.path.name}: [[commit]] #{commit.number} → paths: "
+                + ", ".join(repr(p) for p in unmatched) + f" match(es) no path that differs "
+                f"between {spec.cleaned} and {spec.source}",
+                "Check the spelling; `git diff --name-only "
+                f"{spec.cleaned if repo.branch_sha(spec.cleaned) else spec.remote}...{spec.source}"
+                "` lists the paths. Patterns use git's glob rules: `docs/**`, `*.md`, "
+                "`src/**/test_*.py`.")

@@ -1,0 +1,400 @@
+"""The history spec: the user's TOML file, and the run's only state.
+
+Reading gives immutable values (`Spec`), validated with key paths and did-you-mean suggestions.
+Writing only ever appends one history entry, as a text splice that keeps every other byte of the
+file (comments, layout, CRLF, a byte-order mark), checked by parsing the changed table again, and
+saved atomically. The file is re-read before each append, so the user's edits during a run are
+kept; while it is unchanged, an append costs a splice and a write, whatever the file's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import os
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from retcon_sandbox.errors import ConcurrentEditError, LockedError, SpecError
+from retcon_sandbox.paths import PathRefused, pattern
+from retcon_sandbox.spec import tomltext
+from retcon_sandbox.spec.history import (
+    BY_KEY,
+    KINDS,
+    Entry,
+    kind_of,
+    sequence_problems,
+    value_of,
+)
+from retcon_sandbox.spec.settings import BY_KEY as SETTINGS
+from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
+
+BOM = "\ufeff"
+TOP_KEYS = ("source", "remote", "cleaned", "sandbox", "commit")
+COMMIT_KEYS = ("message", "hints", "paths", "history")
+
+
+@dataclass(frozen=True)
+class CommitSpec:
+    number: int  # 1-based, as people count
+    message: str
+    hints: str
+    paths: tuple[str, ...] | None
+    history: tuple[Entry, ...]
+
+    @property
+    def subject(self) -> str:
+        return self.message.splitlines()[0] if self.message else ""
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    source: str
+    remote: str
+    cleaned: str
+    sandbox: SandboxSettings = DEFAULTS
+    commits: tuple[CommitSpec, ...] = field(default=())
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def read_text(path: Path) -> str:
+    """The file's text, byte-order mark included, as it must be written back."""
+    return decode(path, read_bytes(path))
+
+
+def read_bytes(path: Path) -> bytes:
+    if not path.parent.is_dir():
+        raise SpecError(f"{path}: the directory {path.parent} does not exist",
+                        "Check the path, or run `retcon-sandbox prompt` for how to write a spec.")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file", "Check the path, or run `retcon-sandbox "
+                        "prompt` for how to write a spec.") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a directory, not a spec file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    return data
+
+
+def decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path.name}: not UTF-8 text (byte {exc.start})",
+                        "Save the spec as UTF-8.") from None
+
+
+def load(path: Path) -> Spec:
+    return parse(path, read_text(path))
+
+
+def parse(path: Path, text: str) -> Spec:
+    return _Validator(path).spec(_parse_doc(path, text))
+
+
+def _parse_doc(path: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text.removeprefix(BOM))
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path.name}: not valid TOML: {exc}") from None
+
+
+def _suggest(key: str, known: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""
+
+
+class _Validator:
+    def __init__(self, path: Path) -> None:
+        self.name = path.name
+        self.path = path
+
+    def fail(self, where: str, expected: str) -> SpecError:
+        return SpecError(f"{self.name}: {where}: {expected}")
+
+    def unknown(self, table: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+        for key in table:
+            if key not in known:
+                raise self.fail(f"{where}{key}", f"unknown key{_suggest(key, known)} "
+                                f"(known: {', '.join(known)})")
+
+    def string(self, table: dict[str, Any], key: str, where: str,
+               required: bool = True) -> str | None:
+        if key not in table:
+            if required:
+                raise self.fail(where + key, "missing (expected a string)")
+            return None
+        value = table[key]
+        if not isinstance(value, str):
+            raise self.fail(where + key, "expected a string")
+        return value
+
+    def spec(self, doc: dict[str, Any]) -> Spec:
+        self.unknown(doc, TOP_KEYS, "")
+        names = {key: self.string(doc, key, "") or "" for key in ("source", "remote", "cleaned")}
+        for key, value in names.items():
+            if not value.strip():
+                raise self.fail(key, "expected a branch name, got an empty string")
+        if names["cleaned"].startswith("refs/"):
+            short = names["cleaned"].removeprefix("refs/heads/")
+            raise self.fail("cleaned", f"give the branch's name, not a ref: {short!r}")
+        for key in ("source", "remote"):
+            if names["cleaned"] == names[key]:
+                raise self.fail("cleaned", f"must differ from `{key}` ({names[key]!r}): the "
+                                "cleaned branch is rewritten, and the others are never touched")
+        commits = doc.get("commit", [])
+        if not isinstance(commits, list):
+            raise self.fail("commit", "expected [[commit]] tables")
+        parsed = tuple(self.commit(c, i + 1) for i, c in enumerate(commits))
+        if not parsed:
+            raise self.fail("[[commit]]", "no commits (add at least one [[commit]] table)")
+        return Spec(self.path, names["source"], names["remote"], names["cleaned"],
+                    self.sandbox(doc.get("sandbox")), parsed)
+
+    def sandbox(self, table: Any) -> SandboxSettings:
+        if table is None:
+            return DEFAULTS
+        if not isinstance(table, dict):
+            raise self.fail("sandbox", "expected a table")
+        self.unknown(table, tuple(SETTINGS), "[sandbox] → ")
+        try:
+            settings = SandboxSettings.parse(table)
+        except SettingError as exc:
+            key, message = exc.args
+            raise self.fail(f"[sandbox] → {key}", message) from None
+        for item in settings.setup_inputs or ():
+            self.path_pattern(item, "[sandbox] → setup_inputs")
+        return settings
+
+    def path_pattern(self, item: object, where: str) -> str:
+        if not isinstance(item, str) or not item.strip():
+            raise self.fail(where, "expected a path or pattern (a non-empty string)")
+        try:
+            return pattern(item)
+        except PathRefused as exc:
+            raise self.fail(where, str(exc)) from None
+
+    def commit(self, table: Any, number: int) -> CommitSpec:
+        where = f"[[commit]] #{number} → "
+        if not isinstance(table, dict):
+            raise self.fail(where.rstrip(" →"), "expected a table")
+        self.unknown(table, COMMIT_KEYS, where)
+        message = self.string(table, "message", where) or ""
+        if not message.strip():
+            raise self.fail(where + "message", "expected a non-empty commit message")
+        hints = self.string(table, "hints", where, required=False) or ""
+        paths: tuple[str, ...] | None = None
+        if "paths" in table:
+            raw = table["paths"]
+            if not isinstance(raw, list):
+                raise self.fail(where + "paths", "expected a list of paths or patterns")
+            if not raw:
+                raise self.fail(where + "paths", "is empty: list the paths this commit takes, "
+                                "or remove `paths` to let the model extract it")
+            paths = tuple(self.path_pattern(item, f"{where}paths[{j}]")
+                          for j, item in enumerate(raw))
+        history = table.get("history", [])
+        if not isinstance(history, list):
+            raise self.fail(where + "history", "expected an array")
+        entries = tuple(self.entry(e, f"{where}history[{j}]") for j, e in enumerate(history))
+        for problem in sequence_problems(entries):
+            raise self.fail(where + problem.split(":")[0], problem.split(": ", 1)[1])
+        return CommitSpec(number, message, hints, paths, entries)
+
+    def entry(self, raw: Any, where: str) -> Entry:
+        bare = [k.key for k in KINDS if k.bare]
+        tables = [k.key for k in KINDS if not k.bare]
+        if isinstance(raw, str):
+            kind = BY_KEY.get(raw)
+            if kind is None or not kind.bare:
+                raise self.fail(where, f"unknown entry {raw!r}{_suggest(raw, bare)} "
+                                f"(expected {' or '.join(map(repr, bare))}, or a table)")
+            return kind.make()
+        if isinstance(raw, dict) and len(raw) == 1:
+            key, value = next(iter(raw.items()))
+            kind = BY_KEY.get(key)
+            if kind is None or kind.bare:
+                raise self.fail(where, f"unknown entry `{key}`{_suggest(key, tables)} "
+                                f"(expected one of {', '.join(tables)})")
+            if not isinstance(value, str) or (kind.pattern and not kind.pattern.fullmatch(value)):
+                raise self.fail(f"{where} → {key}", f"expected {kind.expected}")
+            return kind.make(value)
+        raise self.fail(where, f"expected {' or '.join(map(repr, bare))}, or a table with one "
+                        f"of {', '.join(tables)}")
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def entry_toml(entry: Entry) -> str:
+    """One history entry as TOML, formatted as the documentation shows it."""
+    kind = kind_of(entry)
+    if kind.bare:
+        return f'"{kind.key}"'
+    return f"{{ {kind.key} = {tomltext.basic_string(value_of(entry) or '')} }}"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temporary file beside the target, fsync, rename, fsync the directory."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # our own temporary file, never anything else
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass
+class _Known:
+    """The file as this run last read or wrote it, and where its tables are."""
+
+    text: str
+    spec: Spec
+    layout: tomltext.Layout
+    data: bytes  # the text as bytes: an unchanged file is recognised without decoding it
+
+
+class SpecFile:
+    """The spec on disk. A symlink is followed: the file it points to is the one written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path  # as the user named it, for messages
+        self.real = Path(os.path.realpath(path))
+        self._known: _Known | None = None
+
+    def load(self) -> Spec:
+        return self._read().spec
+
+    def _read(self) -> _Known:
+        data = read_bytes(self.real)
+        if self._known is not None and data == self._known.data:
+            return self._known
+        text = decode(self.real, data)
+        spec = replace(parse(self.path, text), path=self.path)
+        body = text.removeprefix(BOM)
+        try:
+            layout = tomltext.scan(body)
+        except tomltext.TomlScanError as exc:
+            raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
+                            "layout", "Write each commit as a [[commit]] table.") from None
+        if len(layout.commits) != len(spec.commits):
+            raise SpecError(f"{self.path.name}: write each commit as its own [[commit]] table "
+                            "(inline arrays of commits cannot be appended to)")
+        self._known = _Known(text, spec, layout, data)
+        return self._known
+
+    @contextlib.contextmanager
+    def locked(self, lock_path: Path) -> Iterator[SpecFile]:
+        """An exclusive lock for one run. The lock file lives with the run's own state (see
+        `statedir`); it is never removed, and a killed run's lock is released by the kernel."""
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except OSError as exc:
+            raise LockedError(f"cannot open the lock file {lock_path}: {exc.strerror}",
+                              f"It must be a regular file of yours: remove it (rm -r "
+                              f"{lock_path}) and rerun.") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                raise LockedError(f"{self.path.name} is in use by another retcon-sandbox run "
+                                  f"(pid {owner})", "Wait for it to finish, or stop it.") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield self
+        finally:
+            os.close(fd)
+
+    def append(self, commit: CommitSpec, entry: Entry) -> tuple[Spec, CommitSpec]:
+        """Append `entry` to `commit`'s history as the file is now on disk, and save atomically.
+        If the commit can no longer be found with the history we know, nothing is written."""
+        try:
+            known = self._read()
+        except SpecError as exc:
+            raise self._conflict(entry, f"it no longer validates: {exc.message}") from None
+        index = self._locate(known.spec, commit, entry)
+        table = known.layout.commits[index]
+        body = known.text.removeprefix(BOM)
+        splices = tomltext.insertion(body, table, entry_toml(entry))
+        new_body = tomltext.apply(body, splices)
+        delta = len(new_body) - len(body)
+        updated = self._checked(known.spec.commits[index], entry, body, new_body, table, delta)
+        new_text = (BOM if known.text.startswith(BOM) else "") + new_body
+        new_data = new_text.encode("utf-8")
+        try:
+            atomic_write(self.real, new_data)
+        except OSError as exc:
+            raise SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
+                            f"Its directory must be writable. The entry that was not recorded: "
+                            f"history = [..., {entry_toml(entry)}]") from None
+        commits = list(known.spec.commits)
+        commits[index] = updated
+        spec = replace(known.spec, commits=tuple(commits))
+        rescanned = tomltext.scan(new_body, table.header, table.end + delta).commits[0]
+        tables = [*known.layout.commits[:index], rescanned,
+                  *(tomltext.shifted(t, delta) for t in known.layout.commits[index + 1:])]
+        self._known = _Known(new_text, spec, tomltext.Layout(tuple(tables)), new_data)
+        return spec, updated
+
+    def _checked(self, commit: CommitSpec, entry: Entry, body: str, new_body: str,
+                 table: tomltext.CommitTable, delta: int) -> CommitSpec:
+        """Parse the changed table again: it must be the old one plus exactly this entry."""
+        validator = _Validator(self.path)
+        try:
+            old = tomllib.loads(body[table.header : table.end])["commit"][0]
+            new = tomllib.loads(new_body[table.header : table.end + delta])["commit"][0]
+            updated = validator.commit(new, commit.number)
+        except (tomllib.TOMLDecodeError, SpecError, KeyError, IndexError) as exc:
+            raise self._conflict(entry, f"the entry could not be added safely ({exc})") from None
+        old_history = old.get("history", [])
+        if {**old, "history": [*old_history, new["history"][-1]]} != new or \
+                updated.history != (*commit.history, entry):
+            raise self._conflict(entry, "the entry could not be added safely")
+        return updated
+
+    def _locate(self, current: Spec, commit: CommitSpec, entry: Entry) -> int:
+        def fits(c: CommitSpec) -> bool:
+            return c.message == commit.message and \
+                c.history[: len(commit.history)] == commit.history
+        i = commit.number - 1
+        if i < len(current.commits) and fits(current.commits[i]):
+            return i
+        matches = [j for j, c in enumerate(current.commits) if fits(c)]
+        if len(matches) == 1:
+            return matches[0]
+        raise self._conflict(entry, f"commit #{commit.number} ({commit.subject!r}) is no longer "
+                             "there with the history this run knows")
+
+    def _conflict(self, entry: Entry, why: str) -> ConcurrentEditError:
+        return ConcurrentEditError(
+            f"{self.path.name} was edited during the run and {why}; your edit is kept and "
+            f"nothing was written",
+            f"The entry that was not recorded: history = [..., {entry_toml(entry)}] — fix the "
+            "file and rerun to continue.")

@@ -1,0 +1,174 @@
+"""Building and testing a tree in a sandbox: the one place that runs the project's commands for
+the loop, and turns their results into events and into the failure text the model reads.
+
+Results go through the verification cache (`vcache`): a tree whose result is known for the same
+commands and environment is not built or tested again, and needs no sandbox at all.
+
+A command the sandbox cannot find or execute (exit 126 or 127) is a configuration error that
+names the command, not a failure of the code for the model to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from retcon_sandbox.backends.api import CommandResult, Sandbox
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.errors import ConfigError
+from retcon_sandbox.report import Reporter
+from retcon_sandbox.verify.cache import Cache, Key, Outcome, Stage
+
+TAIL_LINES = 15
+NOT_RUNNABLE = (126, 127)
+CACHED_NOTE = ("\n[a cached result: this tree gave it in an earlier run, with the same commands "
+               "and environment]")
+
+
+@dataclass(frozen=True)
+class Commands:
+    build: str | None
+    test: str | None
+    timeout: float
+    skip: frozenset[str] = frozenset()
+
+    def get(self, which: str) -> str | None:
+        return self.build if which == "build" else self.test
+
+    def planned(self, which: str) -> str | None:
+        """The command a verification runs for `which`: None when skipped or not configured."""
+        return None if which in self.skip else self.get(which)
+
+
+STAGES = (("build", "build", "Build"), ("test", "tests", "Tests"))
+EVENTS = {which: event for which, event, _ in STAGES}
+
+Notify = Callable[[str, Stage | None], None]  # a stage's result, or None when it does not run
+
+
+def describe(result: CommandResult | None, what: str) -> str:
+    if result is None:
+        return f"{what}: skipped (no {what.lower()} command configured)"
+    note = f"\n[output: {result.total_bytes} bytes in all; head and tail kept]" \
+        if result.truncated else ""
+    return f"{what} {result.verdict()} in {result.seconds:.1f}s\n$ {result.command}\n" \
+           f"{result.output}{note}"
+
+
+def tail_of(output: str) -> str:
+    return "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
+
+
+def not_runnable(result: CommandResult, which: str) -> ConfigError:
+    tail = "".join(f"\n    {line}" for line in result.output.rstrip().splitlines()[-5:])
+    return ConfigError(
+        f"the {which} command cannot run in the sandbox (exit {result.exit_code}): "
+        f"{result.command}{tail}",
+        f"Check --{which} (or [sandbox] {which}) and the image: the command must exist in it. "
+        "Tools the project needs can be installed by [sandbox] setup.")
+
+
+def run_command(box: Sandbox, command: str, which: str, timeout: float) -> CommandResult:
+    result = box.run(command, timeout)
+    if result.exit_code in NOT_RUNNABLE and not result.timed_out:
+        raise not_runnable(result, which)
+    return result
+
+
+def run_stages(box: Callable[[], Sandbox], commands: Commands,
+               notify: Notify | None = None) -> Outcome:
+    """Build, then tests (each when planned), in the sandbox `box()` opens on first use."""
+    stages: list[Stage] = []
+    for which, _, title in STAGES:
+        command = commands.planned(which)
+        if command is None:
+            if notify:
+                notify(which, None)
+            continue
+        result = run_command(box(), command, which, commands.timeout)
+        stage = Stage(which, command, result.verdict(), result.passed, result.timed_out,
+                      result.seconds)
+        stages.append(stage)
+        if notify:
+            notify(which, stage)
+        if not result.passed:
+            return Outcome(tuple(stages), describe(result, title), tail_of(result.output),
+                           commands.timeout)
+    return Outcome(tuple(stages), None, "", commands.timeout)
+
+
+def replay(outcome: Outcome, commands: Commands, notify: Notify) -> None:
+    """A known outcome's stages, in the order a run would report them."""
+    for which, _, _ in STAGES:
+        if commands.planned(which) is None:
+            notify(which, None)
+            continue
+        stage = outcome.stage(which)
+        if stage is None:
+            return
+        notify(which, stage)
+        if not stage.passed:
+            return
+
+
+class Verifier:
+    def __init__(self, commands: Commands, report: Reporter, cache: Cache | None = None,
+                 environment: str = "") -> None:
+        self.commands = commands
+        self.report = report
+        self.cache = cache
+        self.environment = environment
+
+    @property
+    def key(self) -> Key:
+        return Key(self.commands.planned("build"), self.commands.planned("test"),
+                   self.environment)
+
+    @property
+    def runs_anything(self) -> bool:
+        return any(self.commands.planned(which) for which, _, _ in STAGES)
+
+    def lookup(self, tree: str) -> Outcome | None:
+        """The cached outcome of `tree` under these commands and this environment."""
+        if self.cache is None or not self.runs_anything:
+            return None
+        return self.cache.get(tree, self.key, self.commands.timeout)
+
+    def record(self, tree: str, outcome: Outcome) -> None:
+        if self.cache is not None and outcome.stages and not outcome.cached:
+            self.cache.put(tree, self.key, outcome)
+
+    def run(self, state: WorkState, which: str) -> CommandResult | None:
+        """One command, as a tool call of the model (no events, no cache)."""
+        command = self.commands.get(which)
+        if not command:
+            return None
+        return run_command(state.command_box, command, which, self.commands.timeout)
+
+    def check(self, state: WorkState, number: int) -> str | None:
+        """Build, then tests, of commit `number`: the failure as text for the model, or None
+        when both pass. A cached outcome needs no sandbox."""
+        tree = state.tree()
+        outcome = self.lookup(tree)
+        cached = outcome is not None
+
+        def notify(which: str, stage: Stage | None) -> None:
+            event = EVENTS[which]
+            if stage is None:
+                why = "--skip" if which in self.commands.skip else f"no {which} command"
+                self.report.emit(event, number=number, verdict=f"skipped ({why})")
+            elif cached:
+                self.report.emit(event, number=number, verdict=stage.verdict, cached=True)
+            else:
+                self.report.emit(event, number=number, verdict=stage.verdict,
+                                 seconds=stage.seconds)
+
+        if outcome is not None:
+            replay(outcome, self.commands, notify)
+        else:
+            outcome = run_stages(lambda: state.command_box, self.commands, notify)
+            self.record(tree, outcome)
+        if outcome.failure is None:
+            return None
+        self.report.emit("failure_output", number=number, tail=outcome.tail)
+        return outcome.failure + (CACHED_NOTE if cached else "")

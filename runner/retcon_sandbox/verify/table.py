@@ -1,0 +1,158 @@
+"""The pure parts of `retcon-sandbox verify`: what the target names, and the table of results.
+
+No I/O here: the command (commands/verify.py) resolves revisions, runs the sandboxes and writes
+what these functions render. Everything interpolated from the repository (subjects, output) goes
+through `text.sanitize`; the only control sequences written are the display's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from retcon_sandbox.errors import UsageError
+from retcon_sandbox.text import sanitize
+from retcon_sandbox.verify.cache import Outcome, Stage
+
+# --- the target --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecTarget:
+    """The spec's cleaned branch, from the merge-base of its source and remote."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class RangeTarget:
+    """`BASE..TIP` (an empty side is HEAD), or one commit (`base` None)."""
+
+    base: str | None
+    tip: str
+    text: str
+
+
+def parse_target(target: str | None, spec: str | None, is_file: bool) -> SpecTarget | RangeTarget:
+    """What `verify [TARGET] [--spec FILE]` verifies. A TARGET that is an existing file is a
+    spec; anything else is a revision range."""
+    if target is None:
+        if spec is None:
+            raise UsageError("verify needs a spec or a revision range",
+                             "For example: retcon-sandbox verify history-spec.toml, or "
+                             "retcon-sandbox verify main..feature --test 'pytest -q'.")
+        return SpecTarget(spec)
+    if is_file:
+        if spec is not None and spec != target:
+            raise UsageError(f"two specs given: {target} and --spec {spec}")
+        return SpecTarget(target)
+    if "..." in target:
+        raise UsageError(f"{target!r}: symmetric ranges (A...B) are not supported",
+                         "Give BASE..TIP: the commits reachable from TIP and not from BASE.")
+    if ".." in target:
+        base, _, tip = target.partition("..")
+        return RangeTarget(base or "HEAD", tip or "HEAD", target)
+    if not target.strip():
+        raise UsageError("an empty revision range")
+    return RangeTarget(None, target, target)
+
+
+# --- the rows ------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One commit of the range, as the table shows it. `state`: queued, running or done."""
+
+    number: int
+    sha: str
+    tree: str
+    subject: str
+    state: str = "queued"
+    started: float = 0.0
+    outcome: Outcome | None = None
+
+
+PLANNED = ("build", "test")
+
+
+def short(stage: Stage | None, planned: bool, reached: bool) -> str:
+    """A stage in a word: PASS, FAIL, TIMEOUT; `none` without a command; `-` not reached."""
+    if not planned:
+        return "none"
+    if stage is None:
+        return "" if reached else "-"
+    if stage.passed:
+        return "PASS"
+    return "TIMEOUT" if stage.timed_out else "FAIL"
+
+
+def cells(row: Row, planned: dict[str, bool], now: float) -> tuple[str, str, str, str]:
+    """build, tests, seconds, cached."""
+    if row.state == "queued":
+        return ("", "", "", "")
+    if row.state == "running" or row.outcome is None:
+        return ("…", "…", f"{max(0.0, now - row.started):.0f}s", "")
+    outcome = row.outcome
+    build = outcome.stage("build")
+    test = outcome.stage("test")
+    return (short(build, planned["build"], True),
+            short(test, planned["test"], build is None or build.passed),
+            f"{outcome.seconds:.1f}s", "yes" if outcome.cached else "")
+
+
+def header(width: int, digits: int) -> str:
+    return _fit(f"  {'#':>{digits}}  {'commit':<8} {'build':<7} {'tests':<7} {'time':>7}  "
+                f"{'cached':<6}  subject", width)
+
+
+def render_row(row: Row, planned: dict[str, bool], now: float, width: int, digits: int) -> str:
+    build, tests, seconds, cached = cells(row, planned, now)
+    return _fit(f"  {row.number:>{digits}}  {row.sha[:7]:<8} {build:<7} {tests:<7} {seconds:>7}  "
+                f"{cached:<6}  " + sanitize(row.subject), width)
+
+
+def _fit(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: max(1, width - 1)] + "…"
+
+
+def failures(rows: Sequence[Row]) -> list[str]:
+    """For each failing commit: what failed, and the tail of its output."""
+    lines: list[str] = []
+    for row in rows:
+        outcome = row.outcome
+        if outcome is None or outcome.passed:
+            continue
+        first = (outcome.failure or "").splitlines()[0] if outcome.failure else "failed"
+        lines += ["", sanitize(f"  #{row.number} {row.sha[:7]} {row.subject}: {first}"
+                               + (" (cached)" if outcome.cached else ""))]
+        if outcome.tail:
+            lines += [sanitize("      " + line) for line in outcome.tail.split("\n")]
+    return lines
+
+
+@dataclass(frozen=True)
+class Totals:
+    commits: int
+    passed: int
+    failed: int
+    cached: int
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.passed == self.commits
+
+
+def totals(rows: Sequence[Row]) -> Totals:
+    done = [r.outcome for r in rows if r.outcome is not None]
+    return Totals(len(rows), sum(o.passed for o in done), sum(not o.passed for o in done),
+                  sum(o.cached for o in done))
+
+
+def summary(t: Totals, seconds: float) -> str:
+    text = f"{t.commits} commit{'s' if t.commits != 1 else ''}: {t.passed} passed"
+    if t.failed:
+        text += f", {t.failed} failed"
+    if t.cached:
+        text += f" ({t.cached} cached)"
+    return text + f", in {seconds:.1f} s"

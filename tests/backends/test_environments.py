@@ -1,0 +1,243 @@
+"""Prepared environments without Docker: what keys them, what setup may reach, and how the helper
+keeps and restores what setup made. The Docker tier runs real setups (tests/docker/test_setup.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+from retcon_sandbox.backends import hostaccess
+from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.backends.environments import (
+    DEFAULT_INPUTS,
+    environment_key,
+    host_ca_bundle,
+    inputs,
+)
+from retcon_sandbox.backends.local import LocalBackend
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.errors import RetconError, UsageError
+from retcon_sandbox.paths import Patterns
+from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
+from retcon_sandbox.spec.settings import SETTINGS
+
+# The in-container modules, under the names they ship as (mypy checks them as files).
+egress = importlib.import_module("retcon_sandbox.sandbox.egress")
+helper = importlib.import_module("retcon_sandbox.sandbox.helper")
+
+
+def entries(**files: str) -> dict[str, TreeEntry]:
+    return {path.replace("__", "/").replace("_dot_", "."): TreeEntry("100644", sha)
+            for path, sha in files.items()}
+
+
+def key_of(files: dict[str, TreeEntry], setup: tuple[str, ...] = ("pip install -e .",),
+           image: str = "sha256:1", tag: str | None = None) -> str:
+    return environment_key(image, setup, True, tag, inputs(files, Patterns(DEFAULT_INPUTS)))
+
+
+def test_the_key_follows_the_inputs_and_nothing_else() -> None:
+    base = entries(pyproject_dot_toml="a1", src__app_dot_py="b1", requirements_dot_txt="c1")
+    same = key_of(base)
+    assert key_of({**base, **entries(src__app_dot_py="b2", README_dot_md="d1")}) == same
+    assert key_of({**base, **entries(requirements_dot_txt="c2")}) != same  # a dependency
+    assert key_of({**base, **entries(requirements__dev_dot_txt="e1")}) != same
+    assert key_of({**base, **entries(package_dot_json="f1")}) != same
+    assert key_of({**base, **entries(Cargo_dot_lock="g1")}) != same
+    assert key_of({**base, **entries(go_dot_sum="h1")}) != same
+    assert key_of(base, setup=("pip install -e .", "pip install pytest")) != same
+    assert key_of(base, image="sha256:2") != same  # a rebuilt base image
+    assert key_of(base, tag="v1.0") != same
+    other_repository = environment_key("sha256:1", ("pip install -e .",), True, None,
+                                       inputs(base, Patterns(DEFAULT_INPUTS)), "/elsewhere/.git")
+    assert other_repository != same  # never shared between repositories
+
+
+def test_default_inputs_are_found_at_any_depth() -> None:
+    files = entries(packages__web__package_dot_json="a1", crates__core__Cargo_dot_toml="b1",
+                    src__app_dot_py="c1", pyproject_dot_toml="d1")
+    assert [path for path, _, _ in inputs(files, Patterns(DEFAULT_INPUTS))] == [
+        "crates/core/Cargo.toml", "packages/web/package.json", "pyproject.toml"]
+
+
+def test_each_repository_has_its_own_scope(tmp_path: Path) -> None:
+    from retcon_sandbox.spec.statedir import SCOPE_FILE, StateDir
+
+    first = StateDir(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    scope = first.scope()
+    assert scope == first.scope() and len(scope) == 32  # kept
+    assert StateDir(tmp_path / "b").scope() != scope  # another repository, another scope
+    assert sorted(p.name for p in first.root.iterdir()) == [SCOPE_FILE]  # nothing else left
+    (tmp_path / "c" / "retcon-sandbox").mkdir(parents=True)
+    os.symlink(first.root / SCOPE_FILE, tmp_path / "c" / "retcon-sandbox" / SCOPE_FILE)
+    with pytest.raises(RetconError, match="cannot read or make"):
+        StateDir(tmp_path / "c").scope()  # a planted symlink is never followed
+
+
+def test_inputs_can_be_chosen() -> None:
+    files = entries(pyproject_dot_toml="a1", deps__lock_dot_json="b1")
+    chosen = Patterns(("deps/*.json",))
+    assert inputs(files, chosen) == [("deps/lock.json", "100644", "b1")]
+
+
+@pytest.mark.parametrize(("host", "ok"), [
+    ("pypi.org", True), ("PyPI.org.", True), ("files.pythonhosted.org", True),
+    ("evil-pypi.org", False), ("pypi.org.evil.com", False), ("deb.debian.org", True),
+    ("mirror.example.com", True), ("example.com", True), ("other.com", False),
+])
+def test_the_proxy_allows_named_registries_only(host: str, ok: bool) -> None:
+    allowed = [*hostaccess.REGISTRIES, "mirror.example.com", ".example.com"]
+    assert egress.allowed_host(host, allowed) is ok
+
+
+@pytest.mark.parametrize(("address", "bad"), [
+    ("169.254.169.254", True), ("127.0.0.1", True), ("10.1.2.3", True), ("172.17.0.1", True),
+    ("192.168.1.1", True), ("100.64.0.1", True), ("0.0.0.0", True), ("::1", True),
+    ("fe80::1", True), ("fd00::1", True), ("::ffff:169.254.169.254", True),
+    ("::169.254.169.254", True), ("2002:a9fe:a9fe::1", True), ("64:ff9b:1::a9fe:a9fe", True),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True), ("x", True), ("fec0::1", True),
+    ("::ffff:0:a9fe:a9fe", True), ("192.88.99.1", True),
+    ("151.101.0.223", False), ("2a04:4e42::223", False),
+    ("203.0.113.80", False),  # documentation: where this network's TLS interception answers
+])
+def test_the_proxy_never_connects_to_private_or_metadata_addresses(address: str, bad: bool
+                                                                    ) -> None:
+    assert egress.blocked(address) is bad
+
+
+def test_the_proxy_sets_host_and_port_itself() -> None:
+    method, host, port, upstream = egress.parse(
+        b"GET http://pypi.org/simple/x/ HTTP/1.1\r\nHost: attacker.example\r\n"
+        b"Proxy-Authorization: x\r\nAccept: */*\r\n\r\n")
+    assert (method, host, port) == ("GET", "pypi.org", 80)
+    assert upstream.startswith(b"GET /simple/x/ HTTP/1.1\r\nHost: pypi.org\r\n")
+    assert b"attacker" not in upstream and b"Proxy-" not in upstream and b"Accept" in upstream
+    assert egress.parse(b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")[1:3] == ("pypi.org", 443)
+    for refused in (b"CONNECT pypi.org:80 HTTP/1.1", b"CONNECT pypi.org:22 HTTP/1.1",
+                    b"GET http://pypi.org:443/ HTTP/1.1", b"CONNECT [::1]:x HTTP/1.1",
+                    b"GET /local HTTP/1.1", b"CONNECT pypi.org:99999999 HTTP/1.1", b"garbage",
+                    b"CONNECT pypi.org:4\xb23 HTTP/1.1", b"CONNECT pypi.org:443 HTTP/2",
+                    # a Host of the client's own, smuggled past the rewrite
+                    b"GET http://pypi.org/ HTTP/1.1\r\nX: a\nHost: evil.example",
+                    b"GET http://pypi.org/ HTTP/1.1\r\nAccept: x\r\n Host: evil.example",
+                    b"GET http://pypi.org/ HTTP/1.1\r\nHost : evil.example",
+                    b"GET http://pypi.org/\rx HTTP/1.1"):
+        with pytest.raises(egress.Refused):
+            egress.parse(refused + b"\r\n\r\n")
+
+
+def test_a_name_that_cannot_be_looked_up_is_refused_not_raised() -> None:
+    with pytest.raises(egress.Refused, match="does not resolve"):
+        asyncio.run(egress.resolve("a" * 70 + ".debian.org", 443, [".debian.org"]))
+
+
+def test_setup_network_options_come_from_the_command_line_and_are_checked() -> None:
+    access = hostaccess.from_command_line([], False, "full", ["Mirror.Example.com."])
+    assert access.setup.network == "full"
+    assert "mirror.example.com" in access.setup.registries
+    assert "pypi.org" in access.setup.registries
+    for bad in ("http://x.com", "x", "a b.com", "-x.com", "x.com:8080"):
+        with pytest.raises(UsageError, match="--setup-registry"):
+            hostaccess.from_command_line([], False, "registries", [bad])
+    assert hostaccess.HostAccess().setup.network == "registries"
+
+
+def test_the_hosts_ca_bundle_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bundle = tmp_path / "corp.pem"
+    certificate = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----"
+    key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----"
+    bundle.write_text(f"# a proxy's combined file\n{key}\n{certificate}\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    found = host_ca_bundle()
+    assert found is not None and found[0] == bundle
+    assert found[1] == certificate.encode() + b"\n"  # the key is never copied
+    bundle.write_text(key)  # no certificate at all: the next candidate
+    found = host_ca_bundle()
+    assert found is None or found[0] != bundle
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    found = host_ca_bundle()
+    assert found is None or found[0] != bundle
+
+
+def test_what_setup_made_is_kept_and_restored_but_never_over_the_tree(tmp_path: Path) -> None:
+    workspace, kept, later = tmp_path / "ws", tmp_path / "kept", tmp_path / "later"
+    for path, text in {"app.py": "tree", "node_modules/dep/index.js": "dep",
+                       "build/out.txt": "made", "src/app.egg-info/PKG-INFO": "meta",
+                       ".git/HEAD": "git"}.items():
+        (workspace / path).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / path).write_text(text)
+    (workspace / "node_modules/.bin").mkdir()
+    os.symlink("../dep/index.js", workspace / "node_modules/.bin/dep")
+    copied = helper.copy_tree(str(workspace), str(kept), {"app.py"})
+    assert copied == 4
+    assert not (kept / "app.py").exists() and not (kept / ".git").exists()
+    assert os.readlink(kept / "node_modules/.bin/dep") == "../dep/index.js"
+    # a later commit's tree: its own app.py and build/out.txt win over what setup made
+    (later / "build").mkdir(parents=True)
+    (later / "app.py").write_text("later tree")
+    (later / "build/out.txt").write_text("later tree")
+    os.symlink("/etc", later / "src")  # a tree's symlink is never written through
+    helper.copy_tree(str(kept), str(later), set())
+    assert (later / "app.py").read_text() == "later tree"
+    assert (later / "build/out.txt").read_text() == "later tree"
+    assert (later / "node_modules/dep/index.js").read_text() == "dep"
+    assert not Path("/etc/app.egg-info").exists()
+
+
+def test_the_workspace_becomes_a_tagged_repository(tmp_path: Path) -> None:
+    (tmp_path / "pkg.py").write_text("x = 1\n")
+    assert helper.make_git(str(tmp_path), "v1.4.0") == 0
+    repo = Repo(tmp_path)
+    assert repo.describe_tag("HEAD") == "v1.4.0"
+    assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
+
+
+def test_a_tag_name_that_is_not_version_like_is_not_used(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    assert helper.make_git(str(tmp_path), "v1;touch${IFS}pwned") == 0  # git allows the name
+    assert Repo(tmp_path).describe_tag("HEAD") is None
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_change_to_an_input_gets_the_commands_a_new_sandbox(tmp_path: Path) -> None:
+    """The loop's working state: a fix that edits a lock file is built in the environment of
+    the new inputs; other edits keep the open sandbox."""
+    repo = Repo.init(tmp_path / "repo")
+    sha = repo.commit_files("main", {"app.py": "x = 1\n", "requirements.txt": "a\n"}, "base")
+    opened: list[str] = []
+    patterns = Patterns(DEFAULT_INPUTS)
+
+    def key(tree: str) -> str:
+        return environment_key("sha256:1", ("pip install -r requirements.txt",), True, None,
+                               inputs(repo.ls_tree(tree), patterns))
+
+    with contextlib.ExitStack() as stack:
+        def opener(tree: str) -> Sandbox:
+            opened.append(tree)
+            box = stack.enter_context(LocalBackend().open("t"))
+            box.load_tree(repo.tree_tar(tree, 1 << 20))
+            return box
+
+        state = WorkState(repo, opener, repo.tree_of(sha), sha, 1 << 20, key)
+        assert state.box is state.command_box and len(opened) == 1
+        state.put("app.py", TreeEntry("100644", repo.write_blob(b"x = 2\n")))
+        assert "x = 2" in state.command_box.read_file("app.py").text and len(opened) == 1
+        state.put("requirements.txt", TreeEntry("100644", repo.write_blob(b"a\nb\n")))
+        box = state.command_box
+        assert len(opened) == 2 and opened[1] == state.tree()
+        assert box.read_file("requirements.txt").text.split() == ["1", "a", "2", "b"]
+        assert "x = 2" in box.read_file("app.py").text
+
+
+def test_the_readme_lists_every_sandbox_setting() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for setting in SETTINGS:
+        assert f"| `{setting.key}` | {setting.shown} | {setting.meaning} |" in readme, setting.key
