@@ -26,9 +26,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.docker)
 
 
+@pytest.fixture(scope="session")
+def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder whose `python3` and `python` are the interpreter running the tests, so commands
+    run by the local backend use it (and its pytest) whether or not a venv is activated."""
+    folder = tmp_path_factory.mktemp("bin")
+    for name in ("python3", "python"):
+        (folder / name).symlink_to(sys.executable)
+    return folder
+
+
 @pytest.fixture(autouse=True)
-def sealed(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME, git config and commit dates are ours; no model settings leak in from the host."""
+def sealed(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+           interpreter_bin: Path) -> Path:
+    """HOME, git config and commit dates are ours; no model settings leak in from the host;
+    `python3` is the interpreter running the tests."""
+    monkeypatch.setenv("PATH", f"{interpreter_bin}{os.pathsep}{os.environ.get('PATH', '')}")
     home = tmp_path_factory.mktemp("home")
     (home / ".gitconfig").write_text(
         "[user]\n\tname = Test Author\n\temail = author@example.com\n"
