@@ -25,7 +25,8 @@ from pathlib import Path
 
 from retcon_sandbox.archive import of_bytes
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.spec.settings import DEFAULTS
 

@@ -26,7 +26,8 @@ import uuid
 from pathlib import Path
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS
 

@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "runner" / "retcon_sandbox"
 # Lowest first. Top-level modules not named here are the base layer (errors, text, paths, ...).
 LAYERS = ["spec", "repo", "backends", "verify", "model", "reconstruct", "commands", "cli"]
-ADAPTERS = {"docker": "backends.docker", "git": "repo.gitrepo", "gitdb": "repo.gitrepo",
+ADAPTERS = {"docker": "backends.docker.engine", "git": "repo.gitrepo", "gitdb": "repo.gitrepo",
             "openai": "model.llm"}
 
 

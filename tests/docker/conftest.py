@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import LABEL_RUN, LABEL_SPEC, DockerBackend, DockerEngine
+from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
+from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.spec.settings import DEFAULTS
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, make_demo
 from tests.docker.conftest import ours

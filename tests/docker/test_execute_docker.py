@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import LABEL_RUN, LABEL_SPEC, DockerEngine
+from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
 from tests.docker.conftest import ours

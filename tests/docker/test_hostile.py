@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from retcon_sandbox.backends.api import HelperSandbox, ToolFailure
-from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.repo.gitrepo import Repo

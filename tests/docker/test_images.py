@@ -6,7 +6,7 @@ import pytest
 from testcontainers.core.container import DockerContainer
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 
 
 @pytest.mark.parametrize(("name", "checks"), [

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox import __version__
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import ROOT
 
 CONSTRAINTS = ROOT / "constraints" / "dev.txt"

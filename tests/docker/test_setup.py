@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import ROOT, cli, git
 
 SPEC = """\

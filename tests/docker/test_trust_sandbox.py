@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends.api import HelperSandbox
-from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import CLI, NEUTRAL, Result
 from tests.docker.conftest import build_test_image

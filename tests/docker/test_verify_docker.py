@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import cli, make_demo
 
 DOCKER = ("--non-interactive",)

@@ -41,7 +41,7 @@ from retcon_sandbox.spec.settings import SandboxSettings
 from retcon_sandbox.spec.statedir import StateDir
 
 if TYPE_CHECKING:
-    from retcon_sandbox.backends.docker import DockerBackend, DockerSandbox
+    from retcon_sandbox.backends.docker.sandboxes import DockerBackend, DockerSandbox
 
 DEFAULT_INPUTS = tuple(f"**/{name}" for name in (  # at any depth (workspaces, monorepos)
     "pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "requirements/*.txt",
@@ -111,7 +111,7 @@ class Environments:
 
     @property
     def docker(self) -> DockerBackend | None:
-        from retcon_sandbox.backends.docker import DockerBackend
+        from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
         return self.backend if isinstance(self.backend, DockerBackend) else None
 

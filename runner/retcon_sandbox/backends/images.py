@@ -26,7 +26,7 @@ from functools import cache
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import ImageError
 from retcon_sandbox.resources import dockerfiles
 

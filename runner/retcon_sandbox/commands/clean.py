@@ -8,7 +8,7 @@ import argparse
 import os
 
 from retcon_sandbox.backends import liveness
-from retcon_sandbox.backends.docker import LABEL_SPEC, DockerEngine
+from retcon_sandbox.backends.docker.engine import LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import EXIT_OK
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import EXIT_OK, UsageError
 from retcon_sandbox.text import sanitize
 

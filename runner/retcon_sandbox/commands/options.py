@@ -150,7 +150,8 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
     if kind != "docker":
         raise UsageError(f"unknown sandbox {kind!r} (expected docker or local)")
     from retcon_sandbox.backends import images
-    from retcon_sandbox.backends.docker import DockerBackend, DockerEngine
+    from retcon_sandbox.backends.docker.engine import DockerEngine
+    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
     engine = DockerEngine()
     def say(line: str) -> None:

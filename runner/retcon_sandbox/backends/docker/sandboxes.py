@@ -1,4 +1,4 @@
-"""The Docker backend: the one module that imports the docker SDK.
+"""The Docker backend: per-run sandboxes, the setup container and its egress proxy.
 
 One fresh, hardened container per logical commit: no network, fixed non-root uids, no
 capabilities, no-new-privileges, a read-only root with size-limited tmpfs for the workspace and
@@ -15,22 +15,16 @@ import contextlib
 import hashlib
 import io
 import json
-import socket
 import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
-
-import docker
-import docker.errors
-import docker.types
+from typing import Any
 
 from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
-    LINE_CAP,
     CommandResult,
     DeadlineExceeded,
     HelperSandbox,
@@ -38,17 +32,15 @@ from retcon_sandbox.backends.api import (
     ToolFailure,
     check_isolation,
 )
+from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine, EngineError
+from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
 from retcon_sandbox.errors import ImageError, SandboxError
 from retcon_sandbox.resources import egress_source, helper_source
 from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
 
-LABEL_RUN = "retcon-sandbox.run"
-LABEL_SPEC = "retcon-sandbox.spec"
 UID = 10001  # the helper: file tools
 COMMAND_UID = 10002  # builds and tests: cannot signal, trace or read the helper
 GID = 10000  # shared by both, on /workspace (setgid, group-writable)
-STDERR_CAP = 64 * 1024
-FRAME_CAP = 64 * 1024 * 1024
 KILL_GRACE_S = 10.0
 PROXY_PORT = 3128
 PROXY_ALIAS = "retcon-proxy"
@@ -66,295 +58,6 @@ _LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\"
 # Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
 # egress proxy alone (older engines forwarded internal networks' queries, CVE-2024-29018).
 NO_DNS = "192.0.2.1"
-
-
-class DockerEngine:
-    """A connection to the engine at DOCKER_HOST (or the default socket)."""
-
-    def __init__(self) -> None:
-        try:
-            self.client = docker.from_env(timeout=120)
-            self.client.ping()
-        except docker.errors.DockerException as exc:
-            raise SandboxError(
-                f"no Docker engine answers: {_first_line(exc)}",
-                "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
-                "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.",
-            ) from None
-
-    def has_image(self, name: str) -> bool:
-        try:
-            self.client.images.get(name)
-        except docker.errors.ImageNotFound:
-            return False
-        except docker.errors.APIError as exc:
-            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
-        return True
-
-    def try_pull(self, name: str) -> bool:
-        repository, _, tag = name.partition(":")
-        try:
-            self.client.images.pull(repository, tag=tag or "latest")
-        except docker.errors.DockerException:
-            return False
-        return True
-
-    def build(self, context: IO[bytes], tag: str, buildargs: dict[str, str],
-              labels: dict[str, str], progress: Callable[[str], None]) -> None:
-        """Build from a tar of the build context (so it can come from package data)."""
-        try:
-            for chunk in self.client.api.build(fileobj=context, custom_context=True, tag=tag,
-                                               buildargs=buildargs, labels=labels, rm=True,
-                                               forcerm=True, decode=True, pull=False):
-                if "error" in chunk:
-                    raise ImageError(f"building {tag} failed: {chunk['error'].strip()}")
-                text = str(chunk.get("stream", "")).rstrip()
-                if text:
-                    progress(text)
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"building {tag} failed: {_first_line(exc)}") from None
-
-    def image_tags(self, prefix: str) -> list[str]:
-        """Every local image tag starting with `prefix`."""
-        try:
-            found = self.client.images.list()
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"cannot list images: {_first_line(exc)}") from None
-        return sorted(t for image in found for t in image.tags if t.startswith(prefix))
-
-    def remove_image(self, tag: str) -> None:
-        try:
-            self.client.images.remove(tag)
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"cannot remove {tag}: {_first_line(exc)}",
-                             "A container may still use it; `retcon-sandbox clean` removes "
-                             "leftover sandboxes.") from None
-
-    def image_id(self, name: str) -> str:
-        """The image's content-addressed ID (sha256:…): what a tag names today."""
-        try:
-            return str(self.client.images.get(name).id)
-        except docker.errors.ImageNotFound:
-            raise ImageError(f"image {name} is not available",
-                             "Run `retcon-sandbox images build`, or name another image with "
-                             "--image.") from None
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
-
-    def is_running(self, container_id: str) -> bool:
-        try:
-            return bool(self.client.containers.get(container_id).attrs["State"]["Running"])
-        except docker.errors.DockerException:
-            return False
-
-    def image_labels(self, name: str) -> dict[str, str]:
-        try:
-            config = self.client.images.get(name).attrs.get("Config") or {}
-        except docker.errors.ImageNotFound:
-            return {}
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
-        return {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
-
-    def image_volumes(self, name: str) -> list[str]:
-        """The paths an image declares as VOLUMEs."""
-        try:
-            config = self.client.images.get(name).attrs.get("Config") or {}
-        except docker.errors.ImageNotFound:
-            return []
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
-        return sorted((config.get("Volumes") or {}).keys())
-
-    def import_rootfs(self, stream: IO[bytes], repository: str, tag: str) -> None:
-        try:
-            self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"importing the root filesystem failed: {_first_line(exc)}") from None
-
-    def remove_containers(self, labels: dict[str, str] | list[str]) -> int:
-        if isinstance(labels, dict):
-            selector = [f"{k}={v}" for k, v in labels.items()]
-        else:
-            selector = list(labels)
-        try:
-            found = self.client.containers.list(all=True, ignore_removed=True,
-                                                filters={"label": selector})
-            for container in found:
-                with contextlib.suppress(docker.errors.NotFound):
-                    container.remove(force=True, v=True)
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
-        return len(found)
-
-    def remove_networks(self, labels: dict[str, str]) -> None:
-        """The setup networks a killed run left (with their containers gone)."""
-        for network_id in self.sandbox_networks(labels):
-            self.remove_network(network_id)
-
-    def sandbox_networks(self, labels: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
-        """The setup networks on the engine (those of runs on one spec, with `labels`)."""
-        selector = [f"{k}={v}" for k, v in labels.items()] if labels else [LABEL_RUN]
-        try:
-            found = self.client.networks.list(filters={"label": selector})
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"cannot list networks: {_first_line(exc)}") from None
-        return {str(n.id): dict(n.attrs.get("Labels") or {}) for n in found}
-
-    def remove_network(self, network_id: str) -> None:
-        """A network still in use (its run is alive) stays."""
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            self.client.networks.get(network_id).remove()
-
-    def sandbox_containers(self) -> dict[str, dict[str, str]]:
-        """Every sandbox container on the engine, by id, with its labels."""
-        try:
-            found = self.client.containers.list(all=True, ignore_removed=True,
-                                                filters={"label": LABEL_RUN})
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"cannot list containers: {_first_line(exc)}") from None
-        return {str(c.id): dict(c.labels or {}) for c in found}
-
-    def remove_container(self, container_id: str) -> None:
-        try:
-            self.client.containers.get(container_id).remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"cannot remove container {container_id[:12]}: "
-                               f"{_first_line(exc)}") from None
-
-    def count_containers(self, label: str) -> int:
-        return len(self.client.containers.list(all=True, ignore_removed=True,
-                                               filters={"label": label}))
-
-
-class ExecStream:
-    """A `docker exec` attach socket, demultiplexed (frames of stream 1 = stdout, 2 = stderr)
-    in linear time, every wait bounded by the deadline in force."""
-
-    def __init__(self, sock: Any) -> None:
-        self.sock: socket.socket = getattr(sock, "_sock", sock)
-        self.deadline: float | None = None
-        self._buf = bytearray()
-        self._pos = 0
-
-    def frame(self) -> tuple[int, bytes] | None:
-        """The next frame, or None at end of stream."""
-        header = self._take(8)
-        if header is None:
-            return None
-        size = int.from_bytes(header[4:8], "big")
-        if size > FRAME_CAP:
-            raise SandboxError(f"the sandbox sent a frame of {size} bytes (at most {FRAME_CAP})")
-        payload = self._take(size)
-        return None if payload is None else (header[0], payload)
-
-    def send(self, data: bytes) -> None:
-        self._wait_budget()
-        try:
-            self.sock.sendall(data)
-        except TimeoutError:
-            raise DeadlineExceeded("the sandbox stopped reading its input") from None
-
-    def _take(self, n: int) -> bytes | None:
-        while len(self._buf) - self._pos < n:
-            if not self._recv():
-                return None
-        data = bytes(self._buf[self._pos : self._pos + n])
-        self._pos += n
-        if self._pos > (1 << 20) and 2 * self._pos > len(self._buf):
-            del self._buf[: self._pos]
-            self._pos = 0
-        return data
-
-    def _recv(self) -> bool:
-        self._wait_budget()
-        try:
-            chunk = self.sock.recv(1 << 16)
-        except TimeoutError:
-            raise DeadlineExceeded("the sandbox did not answer in time") from None
-        if not chunk:
-            return False
-        self._buf += chunk
-        return True
-
-    def _wait_budget(self) -> None:
-        if self.deadline is None:
-            self.sock.settimeout(None)
-            return
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise DeadlineExceeded("the sandbox did not answer in time")
-        self.sock.settimeout(left)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_WR)
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-
-class ExecTransport:
-    """The helper's stdin/stdout over its `docker exec`: lines found in linear time, none
-    longer than LINE_CAP, stderr kept (capped) for error messages."""
-
-    def __init__(self, api: Any, exec_id: str, sock: Any) -> None:
-        self._api = api
-        self._exec_id = exec_id
-        self._stream = ExecStream(sock)
-        self._out = bytearray()
-        self._scanned = 0
-        self._err = bytearray()
-
-    def set_deadline(self, deadline: float | None) -> None:
-        self._stream.deadline = deadline
-
-    def send(self, data: bytes) -> None:
-        self._stream.send(data)
-
-    def readline(self) -> bytes:
-        while True:
-            end = self._out.find(b"\n", self._scanned)
-            if end >= 0:
-                line = bytes(self._out[: end + 1])
-                del self._out[: end + 1]
-                self._scanned = 0
-                return line
-            self._scanned = len(self._out)
-            if len(self._out) > LINE_CAP:
-                raise SandboxError(f"the sandbox helper sent a line over {LINE_CAP} bytes")
-            frame = self._stream.frame()
-            if frame is None:
-                line = bytes(self._out)
-                self._out.clear()
-                return line
-            stream, payload = frame
-            if stream == 1:
-                self._out += payload
-            elif len(self._err) < STDERR_CAP:
-                self._err += payload[: STDERR_CAP - len(self._err)]
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def exit_code(self) -> int | None:
-        return _exec_exit_code(self._api, self._exec_id)
-
-    def describe_failure(self) -> str:
-        err = (self._err + self._out[-2000:]).decode(errors="replace").strip()[-2000:]
-        return f"helper exit code {self.exit_code()}; it said: {err or '(nothing)'}"
-
-
-def _exec_exit_code(api: Any, exec_id: str) -> int | None:
-    try:
-        info = api.exec_inspect(exec_id)
-    except docker.errors.DockerException:
-        return None
-    code = info.get("ExitCode")
-    return None if info.get("Running") or code is None else int(code)
 
 
 class DockerSandbox(HelperSandbox):
@@ -496,40 +199,33 @@ class DockerBackend:
                      labels: dict[str, str]) -> None:
         """The setup container as an image (its tmpfs mounts are not part of it)."""
         try:
-            container = self.engine.client.containers.get(box.container_id)
-            container.commit(repository=repository, tag=tag, conf={"Labels": labels})
-        except docker.errors.DockerException as exc:
+            self.engine.commit_container(box.container_id, repository, tag, labels)
+        except EngineError as exc:
             raise SandboxError(f"cannot keep the prepared environment as {repository}:{tag}: "
-                               f"{_first_line(exc)}") from None
+                               f"{exc}") from None
 
     @contextlib.contextmanager
     def _sandbox(self, kwargs: dict[str, Any], env: dict[str, str] | None = None,
                  ca_bundle: bytes | None = None, network_allowed: bool = False
                  ) -> Iterator[DockerSandbox]:
-        client = self.engine.client
         image = str(kwargs["image"])
         try:
-            container = client.containers.create(**kwargs)
-        except docker.errors.ImageNotFound:
-            raise ImageError(f"image {image} is not available",
-                             "Run `retcon-sandbox images build`, or name another image with "
-                             "--image.") from None
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"cannot create a sandbox container: {_first_line(exc)}") from None
+            container_id = self.engine.create_container(kwargs)
+        except EngineError as exc:
+            raise SandboxError(f"cannot create a sandbox container: {exc}") from None
         box: DockerSandbox | None = None
         try:
             if ca_bundle is not None:
-                container.put_archive("/", _ca_tar(ca_bundle))
-            container.start()
-            box = self._start_helper(str(container.id), image, env, network_allowed)
+                self.engine.put_archive(container_id, "/", _ca_tar(ca_bundle))
+            self.engine.start_container(container_id)
+            box = self._start_helper(container_id, image, env, network_allowed)
             yield box
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"the sandbox container failed: {_first_line(exc)}") from None
+        except EngineError as exc:
+            raise SandboxError(f"the sandbox container failed: {exc}") from None
         finally:
             if box is not None:
                 box.close()
-            with contextlib.suppress(docker.errors.DockerException):
-                container.remove(force=True, v=True)
+            self.engine.discard_container(container_id)
 
     @contextlib.contextmanager
     def _egress(self, registries: tuple[str, ...]) -> Iterator[tuple[str, str]]:
@@ -538,7 +234,7 @@ class DockerBackend:
         internal network's bridge has no address on the host (`inhibit_ipv4`), so nothing
         listening on the host is reachable from it. The proxy runs from our own base image,
         never the run's (which a spec names, and which setup may have changed)."""
-        client = self.engine.client
+        engine = self.engine
         image = self.proxy_image
         if image is None or not self.engine.has_image(image):
             raise ImageError("setup's egress proxy runs from retcon-sandbox/base, which is not "
@@ -548,45 +244,43 @@ class DockerBackend:
         suffix = uuid.uuid4().hex[:10]
         with contextlib.ExitStack() as stack:
             try:
-                outside = client.networks.create(f"retcon-egress-{suffix}", driver="bridge",
-                                                 labels=labels)
-                stack.callback(_quietly, outside.remove)
-                inside = client.networks.create(
-                    f"retcon-setup-{suffix}", driver="bridge", internal=True, labels=labels,
-                    enable_ipv6=False,
+                outside = f"retcon-egress-{suffix}"
+                outside_id = engine.create_network(outside, labels)
+                stack.callback(engine.remove_network, outside_id)
+                inside = f"retcon-setup-{suffix}"
+                inside_id = engine.create_network(
+                    inside, labels, internal=True, enable_ipv6=False,
                     options={"com.docker.network.bridge.inhibit_ipv4": "true"})
-                stack.callback(_quietly, inside.remove)
-                proxy = client.containers.create(
+                stack.callback(engine.remove_network, inside_id)
+                proxy = engine.create_container(dict(
                     image=image, entrypoint=["/usr/bin/python3"],  # our base's
                     command=["-I", "-S", "-c", egress_source(), str(PROXY_PORT), *registries],
-                    user=f"{UID}:{GID}", network=outside.name, cap_drop=["ALL"],
+                    user=f"{UID}:{GID}", network=outside, cap_drop=["ALL"],
                     security_opt=["no-new-privileges"], read_only=True,
                     tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, pids_limit=64,
                     mem_limit=256 * 1024 * 1024, nano_cpus=500_000_000, init=True,
-                    environment={}, log_config=docker.types.LogConfig(
+                    environment={}, log_config=dict(
                         type="json-file", config={"max-size": "1m", "max-file": "1"}),
-                    labels={**labels, "retcon-sandbox.step": "egress proxy"}, detach=True)
-                stack.callback(_quietly, lambda: proxy.remove(force=True, v=True))
-                inside.connect(proxy, aliases=[PROXY_ALIAS])
-                proxy.start()
-                _wait_listening(proxy)
-            except docker.errors.DockerException as exc:
-                raise SandboxError(f"cannot set up the setup's network: {_first_line(exc)}",
+                    labels={**labels, "retcon-sandbox.step": "egress proxy"}, detach=True))
+                stack.callback(engine.discard_container, proxy)
+                engine.connect(inside_id, proxy, aliases=[PROXY_ALIAS])
+                engine.start_container(proxy)
+                _wait_listening(engine, proxy)
+            except EngineError as exc:
+                raise SandboxError(f"cannot set up the setup's network: {exc}",
                                    "The engine must be able to create networks; or give "
                                    "--setup-network full (or none).") from None
-            self.proxy_log = lambda: _logs(proxy)
-            yield str(inside.name), f"http://{PROXY_ALIAS}:{PROXY_PORT}"
+            self.proxy_log = lambda: engine.container_logs(proxy)
+            yield inside, f"http://{PROXY_ALIAS}:{PROXY_PORT}"
 
     def _start_helper(self, container_id: str, image: str | None = None,
                       env: dict[str, str] | None = None, network_allowed: bool = False
                       ) -> DockerSandbox:
-        api = self.engine.client.api
         image = image or self.image
-        exec_id = api.exec_create(container_id, helper_argv(*(["--network-allowed"]
-                                                              if network_allowed else [])),
-                                  stdin=True, stdout=True, stderr=True, user=f"{UID}:{GID}",
-                                  workdir="/workspace")["Id"]
-        transport = ExecTransport(api, exec_id, api.exec_start(exec_id, socket=True))
+        exec_id, sock = self.engine.exec_open(
+            container_id, helper_argv(*(["--network-allowed"] if network_allowed else [])),
+            user=f"{UID}:{GID}", stdin=True)
+        transport = ExecTransport(self.engine, exec_id, sock)
         box = DockerSandbox(transport, self, container_id, env)
         try:
             check_isolation(box, f"the container from {image}")
@@ -630,7 +324,7 @@ class DockerBackend:
                                        "Rerun to resume; the commit is verified again.")
         finally:
             stream.close()
-        code = _exec_exit_code(self.engine.client.api, exec_id)
+        code = self.engine.exec_exit_code(exec_id)
         if code is None or code >= 128:  # the supervisor itself may have been killed
             self._kill_commands(container_id)
         seconds = time.monotonic() - started
@@ -640,35 +334,29 @@ class DockerBackend:
 
     def _exec_command(self, container_id: str, argv: list[str], env: dict[str, str]
                       ) -> tuple[str, ExecStream]:
-        api = self.engine.client.api
         try:
-            exec_id = api.exec_create(
-                container_id, helper_argv(*argv),
-                stdin=False, stdout=True, stderr=True, user=f"{COMMAND_UID}:{GID}",
-                workdir="/workspace",
-                environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})["Id"]
-            return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
-        except docker.errors.DockerException as exc:
+            exec_id, sock = self.engine.exec_open(
+                container_id, helper_argv(*argv), user=f"{COMMAND_UID}:{GID}", stdin=False,
+                environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})
+            return exec_id, ExecStream(sock)
+        except EngineError as exc:
             if not self.engine.is_running(container_id):
                 raise SandboxError("the sandbox container stopped before a command could start",
                                    "Was it removed (`retcon-sandbox clean --all`, `docker rm`), "
                                    "or did the engine stop? Rerun to resume.") from None
-            raise SandboxError(f"the sandbox could not start a command: {_first_line(exc)}"
-                               ) from None
+            raise SandboxError(f"the sandbox could not start a command: {exc}") from None
 
     def _kill_commands(self, container_id: str) -> None:
         """SIGKILL every process of the commands' uid (`kill -9 -1` spares only the caller)."""
-        api = self.engine.client.api
         try:
-            exec_id = api.exec_create(container_id, ["/bin/sh", "-c", "kill -9 -1"],
-                                      user=f"{COMMAND_UID}:{GID}")["Id"]
-            api.exec_start(exec_id)
-        except (docker.errors.NotFound, docker.errors.APIError) as exc:
+            self.engine.exec_run(container_id, ["/bin/sh", "-c", "kill -9 -1"],
+                                 user=f"{COMMAND_UID}:{GID}")
+        except EngineError as exc:
             if not self.engine.is_running(container_id):
                 raise SandboxError("the sandbox container stopped while a command ran",
                                    "Was it removed (`retcon-sandbox clean --all`, `docker "
                                    "rm`)? Rerun to resume.") from None
-            raise SandboxError(f"the sandbox could not stop its commands: {_first_line(exc)}; "
+            raise SandboxError(f"the sandbox could not stop its commands: {exc}; "
                                "it was removed", "Rerun to resume.") from None
 
     def reap(self) -> int:
@@ -727,33 +415,16 @@ def _ca_tar(bundle: bytes) -> bytes:
     return buffer.getvalue()
 
 
-def _quietly(action: Callable[[], object]) -> None:
-    with contextlib.suppress(docker.errors.DockerException):
-        action()
-
-
-def _logs(container: Any) -> str:
-    try:
-        return bytes(container.logs(stdout=False, stderr=True, tail=200)).decode(
-            "utf-8", "replace")
-    except docker.errors.DockerException:
-        return ""
-
-
-def _wait_listening(proxy: Any) -> None:
+def _wait_listening(engine: DockerEngine, proxy: str) -> None:
     deadline = time.monotonic() + PROXY_READY_S
     while time.monotonic() < deadline:
-        if "listening on" in _logs(proxy):
+        if "listening on" in engine.container_logs(proxy):
             return
-        proxy.reload()
-        if proxy.status not in ("created", "running"):
+        if engine.container_status(proxy) not in ("created", "running"):
             break
         time.sleep(0.1)
-    raise SandboxError("the setup's egress proxy did not start: " + _logs(proxy)[-500:],
+    raise SandboxError("the setup's egress proxy did not start: "
+                       + engine.container_logs(proxy)[-500:],
                        "Rebuild it (`retcon-sandbox images build`); or give --setup-network "
                        "full.")
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,297 @@
+"""The connection to the Docker engine: the one module that imports the docker SDK.
+
+Every SDK call is a method here. A failure becomes one of our errors (ImageError, SandboxError,
+or EngineError, which carries the engine's own words for the caller to put in context) or a
+typed result; nothing outside this module sees a docker exception or a docker object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import IO, Any
+
+import docker
+import docker.errors
+
+from retcon_sandbox.errors import ImageError, SandboxError
+
+LABEL_RUN = "retcon-sandbox.run"
+LABEL_SPEC = "retcon-sandbox.spec"
+
+
+class EngineError(SandboxError):
+    """An SDK call failed; the message is the first line of what the engine said."""
+
+
+class DockerEngine:
+    """A connection to the engine at DOCKER_HOST (or the default socket)."""
+
+    def __init__(self) -> None:
+        try:
+            self.client = docker.from_env(timeout=120)
+            self.client.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(
+                f"no Docker engine answers: {_first_line(exc)}",
+                "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
+                "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.",
+            ) from None
+
+    def has_image(self, name: str) -> bool:
+        try:
+            self.client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        return True
+
+    def try_pull(self, name: str) -> bool:
+        repository, _, tag = name.partition(":")
+        try:
+            self.client.images.pull(repository, tag=tag or "latest")
+        except docker.errors.DockerException:
+            return False
+        return True
+
+    def build(self, context: IO[bytes], tag: str, buildargs: dict[str, str],
+              labels: dict[str, str], progress: Callable[[str], None]) -> None:
+        """Build from a tar of the build context (so it can come from package data)."""
+        try:
+            for chunk in self.client.api.build(fileobj=context, custom_context=True, tag=tag,
+                                               buildargs=buildargs, labels=labels, rm=True,
+                                               forcerm=True, decode=True, pull=False):
+                if "error" in chunk:
+                    raise ImageError(f"building {tag} failed: {chunk['error'].strip()}")
+                text = str(chunk.get("stream", "")).rstrip()
+                if text:
+                    progress(text)
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"building {tag} failed: {_first_line(exc)}") from None
+
+    def image_tags(self, prefix: str) -> list[str]:
+        """Every local image tag starting with `prefix`."""
+        try:
+            found = self.client.images.list()
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot list images: {_first_line(exc)}") from None
+        return sorted(t for image in found for t in image.tags if t.startswith(prefix))
+
+    def remove_image(self, tag: str) -> None:
+        try:
+            self.client.images.remove(tag)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot remove {tag}: {_first_line(exc)}",
+                             "A container may still use it; `retcon-sandbox clean` removes "
+                             "leftover sandboxes.") from None
+
+    def image_id(self, name: str) -> str:
+        """The image's content-addressed ID (sha256:…): what a tag names today."""
+        try:
+            return str(self.client.images.get(name).id)
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"image {name} is not available",
+                             "Run `retcon-sandbox images build`, or name another image with "
+                             "--image.") from None
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+
+    def is_running(self, container_id: str) -> bool:
+        try:
+            return bool(self.client.containers.get(container_id).attrs["State"]["Running"])
+        except docker.errors.DockerException:
+            return False
+
+    def image_labels(self, name: str) -> dict[str, str]:
+        try:
+            config = self.client.images.get(name).attrs.get("Config") or {}
+        except docker.errors.ImageNotFound:
+            return {}
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        return {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
+
+    def image_volumes(self, name: str) -> list[str]:
+        """The paths an image declares as VOLUMEs."""
+        try:
+            config = self.client.images.get(name).attrs.get("Config") or {}
+        except docker.errors.ImageNotFound:
+            return []
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        return sorted((config.get("Volumes") or {}).keys())
+
+    def import_rootfs(self, stream: IO[bytes], repository: str, tag: str) -> None:
+        try:
+            self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"importing the root filesystem failed: {_first_line(exc)}") from None
+
+    def remove_containers(self, labels: dict[str, str] | list[str]) -> int:
+        if isinstance(labels, dict):
+            selector = [f"{k}={v}" for k, v in labels.items()]
+        else:
+            selector = list(labels)
+        try:
+            found = self.client.containers.list(all=True, ignore_removed=True,
+                                                filters={"label": selector})
+            for container in found:
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True, v=True)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
+        return len(found)
+
+    def remove_networks(self, labels: dict[str, str]) -> None:
+        """The setup networks a killed run left (with their containers gone)."""
+        for network_id in self.sandbox_networks(labels):
+            self.remove_network(network_id)
+
+    def sandbox_networks(self, labels: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+        """The setup networks on the engine (those of runs on one spec, with `labels`)."""
+        selector = [f"{k}={v}" for k, v in labels.items()] if labels else [LABEL_RUN]
+        try:
+            found = self.client.networks.list(filters={"label": selector})
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot list networks: {_first_line(exc)}") from None
+        return {str(n.id): dict(n.attrs.get("Labels") or {}) for n in found}
+
+    def remove_network(self, network_id: str) -> None:
+        """A network still in use (its run is alive) stays."""
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self.client.networks.get(network_id).remove()
+
+    def sandbox_containers(self) -> dict[str, dict[str, str]]:
+        """Every sandbox container on the engine, by id, with its labels."""
+        try:
+            found = self.client.containers.list(all=True, ignore_removed=True,
+                                                filters={"label": LABEL_RUN})
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot list containers: {_first_line(exc)}") from None
+        return {str(c.id): dict(c.labels or {}) for c in found}
+
+    def remove_container(self, container_id: str) -> None:
+        try:
+            self.client.containers.get(container_id).remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot remove container {container_id[:12]}: "
+                               f"{_first_line(exc)}") from None
+
+    def count_containers(self, label: str) -> int:
+        return len(self.client.containers.list(all=True, ignore_removed=True,
+                                               filters={"label": label}))
+
+    # -- one run's containers, networks and execs (callers put an EngineError in context) --
+
+    def create_container(self, kwargs: dict[str, Any]) -> str:
+        """A created (not started) container from `kwargs` (the SDK's create arguments; a
+        `log_config` is a plain dict): its id."""
+        image = str(kwargs["image"])
+        try:
+            return str(self.client.containers.create(**kwargs).id)
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"image {image} is not available",
+                             "Run `retcon-sandbox images build`, or name another image with "
+                             "--image.") from None
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def put_archive(self, container_id: str, path: str, data: bytes) -> None:
+        """Unpack the tar `data` at `path` in the container (done by the engine)."""
+        try:
+            self.client.containers.get(container_id).put_archive(path, data)
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def start_container(self, container_id: str) -> None:
+        try:
+            self.client.containers.get(container_id).start()
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def container_status(self, container_id: str) -> str:
+        """The container's state as of now (created, running, exited, ...)."""
+        try:
+            return str(self.client.containers.get(container_id).status)
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def container_logs(self, container_id: str, tail: int = 200) -> str:
+        """The last `tail` lines the container wrote on stderr; "" if they cannot be read."""
+        try:
+            container = self.client.containers.get(container_id)
+            return bytes(container.logs(stdout=False, stderr=True, tail=tail)).decode(
+                "utf-8", "replace")
+        except docker.errors.DockerException:
+            return ""
+
+    def discard_container(self, container_id: str) -> None:
+        """Remove the container (and its anonymous volumes), whatever the engine answers."""
+        with contextlib.suppress(docker.errors.DockerException):
+            self.client.containers.get(container_id).remove(force=True, v=True)
+
+    def commit_container(self, container_id: str, repository: str, tag: str,
+                         labels: dict[str, str]) -> None:
+        """The container as an image (its tmpfs mounts are not part of it)."""
+        try:
+            container = self.client.containers.get(container_id)
+            container.commit(repository=repository, tag=tag, conf={"Labels": labels})
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def create_network(self, name: str, labels: dict[str, str], **options: Any) -> str:
+        """A bridge network named `name` (`options`: the SDK's, e.g. internal=True): its id."""
+        try:
+            network = self.client.networks.create(name, driver="bridge", labels=labels,
+                                                  **options)
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+        return str(network.id)
+
+    def connect(self, network_id: str, container_id: str, aliases: list[str]) -> None:
+        """Attach the container to the network, reachable there under `aliases`."""
+        try:
+            self.client.networks.get(network_id).connect(container_id, aliases=aliases)
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def exec_open(self, container_id: str, argv: list[str], user: str, *, stdin: bool,
+                  environment: dict[str, str] | None = None) -> tuple[str, Any]:
+        """Start `argv` in the container, in /workspace, as `user`: the exec's id and its
+        attach socket (stdout and stderr multiplexed; stdin if asked for)."""
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(container_id, argv, stdin=stdin, stdout=True,
+                                      stderr=True, user=user, workdir="/workspace",
+                                      environment=environment)["Id"]
+            return str(exec_id), api.exec_start(exec_id, socket=True)
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def exec_run(self, container_id: str, argv: list[str], user: str) -> None:
+        """Run `argv` in the container as `user` and wait for it to end."""
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(container_id, argv, user=user)["Id"]
+            api.exec_start(exec_id)
+        except docker.errors.DockerException as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code; None while it runs or if the engine cannot say."""
+        try:
+            info = self.client.api.exec_inspect(exec_id)
+        except docker.errors.DockerException:
+            return None
+        code = info.get("ExitCode")
+        return None if info.get("Running") or code is None else int(code)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
