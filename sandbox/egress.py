@@ -11,6 +11,13 @@ the name itself, checks every address, and connects to the address it checked. T
 through untouched. A request head must arrive within HEAD_TIMEOUT seconds, and at most
 MAX_CLIENTS connections are served at once. Each decision is one line on stderr, which the host
 reads.
+
+The engine host's own addresses are refused too, whatever range they are in: those the host
+names (`--block=ADDR`: every network's gateway and, for a local engine, its interfaces), and
+this container's gateways and own addresses. A plain HTTP connection carries one request and
+its response, then closes (a second, pipelined request never reaches the upstream, which may
+serve other hosts); a request body is forwarded by its Content-Length only. A tunnel (CONNECT)
+idle in both directions for IDLE_TIMEOUT seconds is closed.
 """
 
 from __future__ import annotations
@@ -32,8 +39,12 @@ BLOCKED = [ipaddress.ip_network(n) for n in (
     "224.0.0.0/4", "240.0.0.0/4",
     "::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23",
     "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")]
+# The engine host's own addresses (--block=ADDR, and this container's gateways and addresses)
+EXTRA_BLOCKED: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
+IDLE_TIMEOUT = 60.0
+BODY_LIMIT = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 20.0
 MAX_CLIENTS = 128
 
@@ -49,7 +60,42 @@ def blocked(address: str) -> bool:
         embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
         if embedded is not None and blocked(str(embedded)):
             return True
+    if ip in EXTRA_BLOCKED:
+        return True
     return any(ip in network for network in BLOCKED if network.version == ip.version)
+
+
+def own_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """This container's gateways (/proc/net/route: the engine host's side of its network)
+    and its own interface addresses."""
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    with contextlib.suppress(OSError, ValueError), open("/proc/net/route") as handle:
+        for line in handle.read().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 2 and fields[2] != "00000000":
+                found.add(ipaddress.IPv4Address(bytes.fromhex(fields[2])[::-1]))
+    with contextlib.suppress(OSError):
+        with open("/proc/net/fib_trie") as handle:
+            lines = handle.read().splitlines()
+        for previous, line in zip(lines, lines[1:]):
+            if line.strip() == "/32 host LOCAL":
+                with contextlib.suppress(ValueError):
+                    found.add(ipaddress.ip_address(previous.split()[-1]))
+    return found
+
+
+def host_addresses(args: list[str]
+                   ) -> tuple[set[ipaddress.IPv4Address | ipaddress.IPv6Address], list[str]]:
+    """(`--block=ADDR` addresses, the registries) from the command line."""
+    blocked_here: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    hosts: list[str] = []
+    for arg in args:
+        if arg.startswith("--block="):
+            with contextlib.suppress(ValueError):
+                blocked_here.add(ipaddress.ip_address(arg[len("--block="):].split("%", 1)[0]))
+        else:
+            hosts.append(arg.lower())
+    return blocked_here, hosts
 
 
 def allowed_host(host: str, allowed: list[str]) -> bool:
@@ -103,10 +149,43 @@ async def resolve(host: str, port: int, allowed: list[str]) -> str:
     return addresses[0]
 
 
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+class Activity:
+    """When a tunnel last carried a byte, either way; `idle` closes it."""
+
+    def __init__(self, idle: float) -> None:
+        self.idle = idle
+        self.last = asyncio.get_running_loop().time()
+        self.writers: list[asyncio.StreamWriter] = []
+
+    def touch(self) -> None:
+        self.last = asyncio.get_running_loop().time()
+
+    def expired(self) -> bool:
+        return asyncio.get_running_loop().time() - self.last >= self.idle
+
+    def close(self) -> None:
+        for writer in self.writers:
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.close()
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+               activity: Activity | None = None) -> None:
+    """Copy until end of stream; with `activity`, until both ways are idle too long."""
     try:
         while True:
-            data = await reader.read(1 << 16)
+            if activity is None:
+                data = await reader.read(1 << 16)
+            else:
+                try:
+                    data = await asyncio.wait_for(reader.read(1 << 16), activity.idle / 4)
+                except asyncio.TimeoutError:
+                    if activity.expired():
+                        log("closed an idle tunnel")
+                        activity.close()
+                        break
+                    continue
+                activity.touch()
             if not data:
                 break
             writer.write(data)
@@ -166,6 +245,14 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
     host, port = split_host_port(authority, 80)
     if port != 80:
         raise Refused(f"plain HTTP to port {port} (only 80)")
+    if any(h.lower().startswith(("transfer-encoding:", "te:", "upgrade:", "expect:"))
+           for h in lines[1:]):
+        raise Refused("plain HTTP with Transfer-Encoding, TE, Upgrade or Expect (one request "
+                      "with a Content-Length body at most)")
+    lengths = [h.split(":", 1)[1].strip() for h in lines[1:]
+               if h.lower().startswith("content-length:")]
+    if len(lengths) > 1 or (lengths and not re.fullmatch(r"[0-9]{1,12}", lengths[0])):
+        raise Refused("plain HTTP with a bad or repeated Content-Length")
     headers = [h for h in lines[1:] if not h.lower().startswith(
         ("host:", "proxy-", "connection:", "keep-alive:"))]
     upstream = "\r\n".join([f"{method} /{path} {version}", f"Host: {host}", *headers,
@@ -199,9 +286,43 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     if method == "CONNECT":
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-    else:
-        up_writer.write(rest)
-    await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        activity = Activity(IDLE_TIMEOUT)
+        activity.writers = [writer, up_writer]
+        await asyncio.gather(pipe(reader, up_writer, activity),
+                             pipe(up_reader, writer, activity))
+        return
+    await one_request(reader, writer, up_reader, up_writer, rest)
+
+
+async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
+                      head: bytes) -> None:
+    """Plain HTTP: the head, then the body its Content-Length declares, and nothing more
+    from the client; the response until the upstream closes (the head asked it to); then
+    both connections close. Bytes pipelined after the request are never forwarded."""
+    match = re.search(rb"\r\ncontent-length:\s*([0-9]+)", head, re.IGNORECASE)
+    length = int(match.group(1)) if match else 0
+    try:
+        if length > BODY_LIMIT:
+            raise ConnectionError("request body over the limit")
+        up_writer.write(head)
+        while length > 0:
+            data = await asyncio.wait_for(reader.read(min(length, 1 << 16)), IDLE_TIMEOUT)
+            if not data:
+                raise ConnectionError("the client closed before its body ended")
+            length -= len(data)
+            up_writer.write(data)
+            await up_writer.drain()
+    except (ConnectionError, OSError, asyncio.TimeoutError):
+        for each in (up_writer, writer):
+            with contextlib.suppress(OSError):
+                each.close()
+        return
+    activity = Activity(IDLE_TIMEOUT)
+    activity.writers = [writer, up_writer]
+    await pipe(up_reader, writer, activity)
+    with contextlib.suppress(OSError):
+        up_writer.close()
 
 
 async def main(port: int, allowed: list[str]) -> None:
@@ -231,4 +352,6 @@ async def main(port: int, allowed: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), [h.lower() for h in sys.argv[2:]]))
+    extra, hosts = host_addresses(sys.argv[2:])
+    EXTRA_BLOCKED.update(extra | own_addresses())
+    asyncio.run(main(int(sys.argv[1]), hosts))

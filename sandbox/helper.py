@@ -489,8 +489,7 @@ class Helper:
             if req.get("record"):
                 names.append(name)
         if req.get("record"):
-            with open(TREE_LIST, "wb") as handle:
-                handle.write("\0".join(names).encode("utf-8", "surrogateescape"))
+            write_tree_list(names)
         return {"files": count}
 
     def op_read(self, req: Response, payload: bytes) -> Response:
@@ -866,12 +865,42 @@ def _is_dir_or_make(path: str) -> bool:
     return True
 
 
+def write_tree_list(names: list[str]) -> None:
+    """The names a setup's tree brought, in a file only the helper's uid can read or write
+    (0600, created fresh, never through a symlink): setup's commands run as another uid."""
+    try:
+        fd = os.open(TREE_LIST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise ToolError(f"cannot create the tree list {TREE_LIST}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as handle:
+        os.fchmod(fd, 0o600)
+        handle.write("\0".join(names).encode("utf-8", "surrogateescape"))
+
+
+def read_tree_list() -> set[str]:
+    """The tree list, only if this uid wrote it and nobody else can have changed it."""
+    fd = os.open(TREE_LIST, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{TREE_LIST} is not the helper's own (uid {st.st_uid}, mode "
+                          f"{stat.S_IMODE(st.st_mode):o})")
+        return set(handle.read().decode("utf-8", "surrogateescape").split("\0"))
+
+
 def snapshot(workspace: str) -> int:
-    """`--snapshot`: after a setup, keep what it added to the workspace (node_modules, build
-    metadata, ...) in PREPARED, so the image made from this container carries it."""
-    with open(TREE_LIST, "rb") as handle:
-        names = set(handle.read().decode("utf-8", "surrogateescape").split("\0"))
+    """`--snapshot` (as the helper's uid, which alone reads the tree list): after a setup,
+    keep what it added to the workspace (node_modules, build metadata, ...) in PREPARED, so
+    the image made from this container carries it."""
+    try:
+        names = read_tree_list()
+    except OSError as exc:
+        sys.stdout.write(f"the tree list cannot be trusted: {exc}\n")
+        return 1
     make_dirs(PREPARED)
+    if os.path.islink(PREPARED) or os.lstat(PREPARED).st_uid != os.getuid():
+        sys.stdout.write(f"{PREPARED} was made by setup, not by the helper\n")
+        return 1
     sys.stdout.write(f"kept {copy_tree(workspace, PREPARED, names)} files setup made\n")
     return 0
 

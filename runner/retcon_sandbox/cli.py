@@ -57,6 +57,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def size_option(text: str) -> int:
+    """A size with a unit (`4g`, `512m`), as the spec's sizes are written."""
+    from retcon_sandbox.spec.settings import GIB, KIB, SettingError, size
+
+    try:
+        return size(KIB, 1024 * GIB)(text)
+    except SettingError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 # --- the parsers ----------------------------------------------------------------------------
 
 
@@ -97,6 +107,27 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup-registry", action="append", metavar="HOST",
                         help="let setup also reach HOST (a private index or mirror; "
                         "\".example.com\" for every host under it; repeatable)")
+    parser.add_argument("--setup-disk", type=size_option, metavar="SIZE", default="4g",
+                        help="the most a [sandbox] setup may write into its environment "
+                        "(default 4g); above it the run stops and nothing is kept")
+    parser.add_argument("--keep-environments", type=positive_int, metavar="N", default=3,
+                        help="prepared environments kept per repository (default 3); the "
+                        "oldest beyond are removed when a new one is made")
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    """The resource limits: a spec can only lower them below their defaults; these raise
+    them (up to what the Docker engine has)."""
+    parser.add_argument("--memory", metavar="SIZE", help="memory limit per sandbox (overrides "
+                        "[sandbox] memory; the only way above the default 2g)")
+    parser.add_argument("--cpus", type=positive_float, metavar="N", help="CPU limit per "
+                        "sandbox (overrides [sandbox] cpus; the only way above the default 2)")
+    parser.add_argument("--pids", type=positive_int, metavar="N", help="process limit per "
+                        "sandbox (overrides [sandbox] pids; the only way above the default 512)")
+    parser.add_argument("--workspace-size", metavar="SIZE", help="size of the /workspace tmpfs "
+                        "(overrides [sandbox] workspace_size; the only way above 2g)")
+    parser.add_argument("--tmp-size", metavar="SIZE", help="size of the /tmp tmpfs (overrides "
+                        "[sandbox] tmp_size; the only way above 512m)")
 
 
 def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
@@ -123,7 +154,9 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
         _model_options(p)
         _sandbox_option(p)
         p.add_argument("--timeout", type=positive_float, metavar="S",
-                       help="per-command timeout in seconds (overrides [sandbox] timeout)")
+                       help="per-command timeout in seconds (overrides [sandbox] timeout; the "
+                       "only way above the default 600)")
+        _limit_options(p)
         p.add_argument("--squash-wip", action="store_true",
                        help="fold fix commits into their logical commit at the end (each "
                        "squashed tree is verified first)")
@@ -154,7 +187,8 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--image", help="sandbox image (overrides the spec's)")
     _sandbox_option(p)
     p.add_argument("--timeout", type=positive_float, metavar="S",
-                   help="per-command timeout in seconds")
+                   help="per-command timeout in seconds (the only way above the default 600)")
+    _limit_options(p)
     _cache_options(p, "verify")
     p.add_argument("--json", action="store_true",
                    help="one JSON event per commit, then a summary, on stdout")

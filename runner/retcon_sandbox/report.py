@@ -100,6 +100,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "setup_command": lambda d: f"    $ {d['command']}",
     "setup_output": lambda d: f"      {d['line']}",
     "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",
+    "setup_pruned": lambda d: f"  Removed an older environment of this repository: {d['tag']}",
     "diff": lambda d: f"  Computing diff ({d['lines']} lines)...",
     "extracting": lambda d: "  Extracting relevant changes...",
     "taking_paths": lambda d: "  Taking paths from source: " + _names(d["paths"]),

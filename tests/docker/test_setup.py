@@ -238,9 +238,9 @@ def test_a_rust_crate_with_a_dependency_from_the_crate_registry(engine: DockerEn
                              "    itoa::Buffer::new().format(x).to_string()\n}\n\n#[test]\n"
                              "fn doubles() { assert_eq!(double(2), 4); }\n\n#[test]\n"
                              "fn shows() { assert_eq!(show(42), \"42\"); }\n"}
-    spec = make_project(tmp_path / "rust", base, feature, recipe("cargo") + "\ntimeout = 900",
+    spec = make_project(tmp_path / "rust", base, feature, recipe("cargo"),
                         ["README.md"], ["Cargo.toml", "src/lib.rs"])
-    code, found, log = run(spec)
+    code, found, log = run(spec, "--timeout", "900")  # above the default: the command line's
     assert_reconstructed(spec, code, found, log)
     assert len(set(prepared(found))) == 2, log
     assert any("itoa" in str(e.get("line", "")) for e in found

@@ -6,7 +6,13 @@ version tag, and the content of the files `setup_inputs` matches in the tree bei
 (by default the usual manifests and lock files of Python, Node, Rust and Go projects). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
-`<prefix>/env:<key>`.
+`<prefix>/env:<key>`, and labelled with a hash of its repository's scope (LABEL_ENV_SCOPE): a
+spec's `image` that is a prepared environment of another scope (or of none) is refused, and so
+is a short name the engine would take as an image ID prefix.
+
+What a setup writes is measured before it is kept (`--setup-disk`), and at most
+`--keep-environments` environments are kept per repository: the oldest beyond are removed
+after a new one is made.
 
 Setup is the only step with network: by default (`--setup-network registries`, chosen on the
 command line only) it sits on an internal network whose only way out is an egress proxy that
@@ -32,15 +38,16 @@ from typing import TYPE_CHECKING
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.hostaccess import SetupPolicy
-from retcon_sandbox.backends.images import ENV_NAME, LABEL_ENV_BASE
+from retcon_sandbox.backends.images import ENV_NAME, LABEL_ENV_BASE, LABEL_ENV_SCOPE
 from retcon_sandbox.errors import ImageError, SetupError
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.report import Reporter
-from retcon_sandbox.spec.settings import SandboxSettings
+from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
 from retcon_sandbox.spec.statedir import StateDir
 
 if TYPE_CHECKING:
+    from retcon_sandbox.backends.docker.engine import DockerEngine
     from retcon_sandbox.backends.docker.sandboxes import DockerBackend, DockerSandbox
 
 DEFAULT_INPUTS = tuple(f"**/{name}" for name in (  # at any depth (workspaces, monorepos)
@@ -105,6 +112,7 @@ class Environments:
         self._scope: str | None = None  # see scope()
         self._fresh = fresh
         self._prepared: set[str] = set()  # the keys this run prepared
+        self._used: set[str] = set()  # the environments this run opened (never pruned by it)
         self.git_lock = threading.Lock()  # trees stream from git one at a time (verify -j)
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._warned = False
@@ -141,8 +149,7 @@ class Environments:
         repositories, by path nor by a random id each repository keeps (so a clone elsewhere,
         or another repository later cloned at the same path, prepares its own)."""
         if self._scope is None:
-            common = self.repo.common_dir()
-            self._scope = f"{common.resolve()} {StateDir(common).scope()}"
+            self._scope = repository_scope(self.repo)
         return self._scope
 
     # -- sandboxes ---------------------------------------------------------------------------
@@ -174,6 +181,7 @@ class Environments:
         repository = f"{images.prefix()}/{ENV_NAME}"
         tag = f"{repository}:{key}"
         with self._setup:
+            self._used.add(tag)
             kept = docker.engine.has_image(tag)
             if kept and not (self._fresh and key not in self._prepared):
                 return tag
@@ -183,7 +191,21 @@ class Environments:
             if replaced is not None and replaced != docker.engine.image_id(tag):
                 with contextlib.suppress(ImageError):  # still used by a container: prune
                     docker.engine.remove_image(replaced)  # the image --no-cache replaced
+            self._prune(docker.engine)
         return tag
+
+    def _prune(self, engine: DockerEngine) -> None:
+        """Keep the newest `--keep-environments` of this repository's environments (and every
+        one this run opened): remove the others."""
+        mine = engine.images_labelled(LABEL_ENV_SCOPE, scope_digest(self.scope()))
+        mine.sort(key=lambda record: float(record.created or 0), reverse=True)
+        for record in mine[self.policy.keep:]:
+            if self._used.intersection(record.tags):
+                continue
+            for tag in record.tags:
+                with contextlib.suppress(ImageError):  # in use by another run: next time
+                    engine.remove_image(tag)
+                    self.report.emit("setup_pruned", tag=tag)
 
     def _prepare_workspace(self, box: DockerSandbox) -> None:
         result = box.prepare_workspace(self.settings.git_metadata, self.tag)
@@ -219,11 +241,25 @@ class Environments:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
                                  f"kept: {kept.output.strip()[-500:]}",
                                  "The image needs a writable /var/tmp.")
+            self._check_disk(docker, box)
             docker.commit_image(box, repository, key, {
-                LABEL_ENV_BASE: docker.image,
+                LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000]})
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1))
+
+    def _check_disk(self, docker: DockerBackend, box: DockerSandbox) -> None:
+        """What setup wrote to the image's layer (the workspace files it made are kept there
+        too, by the snapshot), against --setup-disk: above it, nothing is kept."""
+        written = docker.engine.container_written(box.container_id)
+        self.report.emit("setup_disk", written=written, cap=self.policy.disk)
+        if written > self.policy.disk:
+            raise SetupError(f"setup wrote {human_bytes(written)} ({written} bytes), over "
+                             f"--setup-disk {human_bytes(self.policy.disk)}: the environment "
+                             "was not kept",
+                             "If the project needs that much, give a larger --setup-disk SIZE "
+                             "(e.g. --setup-disk 8g); else make [sandbox] setup write less "
+                             "(clean caches, skip build artefacts).")
 
     def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:
         self.report.emit("setup_command", command=command)
@@ -244,6 +280,55 @@ class Environments:
         elif self.policy.network == "none":
             hint += " Setup ran with --setup-network none: it had no network."
         raise SetupError(f"setup command failed ({result.verdict()}): {command}\n{tail}", hint)
+
+
+def repository_scope(repo: Repo) -> str:
+    """The repository an environment belongs to: its git directory's path and the random id
+    its state directory keeps (see `Environments.scope`)."""
+    common = repo.common_dir()
+    return f"{common.resolve()} {StateDir(common).scope()}"
+
+
+def scope_digest(scope: str) -> str:
+    """The value of LABEL_ENV_SCOPE: a hash of the scope (its path is not shown)."""
+    return hashlib.sha256(b"retcon-sandbox env scope\0" + scope.encode()).hexdigest()[:32]
+
+
+def normal_reference(name: str) -> str:
+    """`name[:tag]` as the engine lists it in RepoTags: Docker Hub's prefixes dropped, the tag
+    `latest` when none is given."""
+    for hub in ("docker.io/library/", "index.docker.io/library/", "docker.io/",
+                "index.docker.io/"):
+        if name.startswith(hub):
+            name = name[len(hub):]
+            break
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def is_environment(tags: tuple[str, ...], labels: dict[str, str]) -> bool:
+    """A prepared environment: by its labels (inherited by anything made from it), or by a
+    tag under our environments' repository."""
+    return (LABEL_ENV_BASE in labels or LABEL_ENV_SCOPE in labels
+            or any(t.startswith(f"{images.prefix()}/{ENV_NAME}:") for t in tags))
+
+
+def check_spec_image(engine: DockerEngine, name: str, scope: str | None) -> None:
+    """A spec's `image`, inspected before any sandbox starts from it: it must be one of the
+    image's own tags (a short name the engine resolved as an ID prefix is not), and if it is
+    a prepared environment, one of this repository's scope."""
+    record = engine.image_record(name)
+    if normal_reference(name) not in {normal_reference(t) for t in record.tags}:
+        raise ImageError(f"[sandbox] image = {name!r} is no tag of an image here: the engine "
+                         f"takes it as an image ID prefix ({record.id[:19]})",
+                         "A spec names an image by name[:tag] only; an image ID is given on "
+                         "the command line (--image ID), by the user.")
+    if is_environment(record.tags, record.labels):
+        ours = scope is not None and record.labels.get(LABEL_ENV_SCOPE) == scope_digest(scope)
+        if not ours:
+            raise ImageError(f"[sandbox] image = {name!r} is a prepared environment of another "
+                             "repository (or of none): a spec cannot use it",
+                             "Name a base image (e.g. retcon-sandbox/base) and let [sandbox] "
+                             "setup prepare this repository's own environment.")
 
 
 def inputs(entries: dict[str, TreeEntry], patterns: Patterns) -> list[tuple[str, str, str]]:

@@ -42,6 +42,8 @@ REGISTRIES = (
     "deb.debian.org", "security.debian.org",  # Debian
 )
 SETUP_NETWORKS = ("registries", "full", "none")
+SETUP_DISK = 4 * 1024**3
+KEEP_ENVIRONMENTS = 3
 _HOST = re.compile(r"\.?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class SetupPolicy:
 
     network: str = "registries"
     extra_registries: tuple[str, ...] = ()
+    disk: int = SETUP_DISK  # --setup-disk: the most a setup may write (bytes)
+    keep: int = KEEP_ENVIRONMENTS  # --keep-environments: prepared environments per repository
 
     @property
     def registries(self) -> tuple[str, ...]:
@@ -69,7 +73,8 @@ class HostAccess:
 
 def from_command_line(names: list[str] | None, allow_pull: bool,
                       setup_network: str = "registries",
-                      registries: list[str] | None = None) -> HostAccess:
+                      registries: list[str] | None = None, setup_disk: int = SETUP_DISK,
+                      keep_environments: int = KEEP_ENVIRONMENTS) -> HostAccess:
     """`--pass-env` names checked against the host's environment, `--setup-registry` names
     checked as host names, before anything runs."""
     chosen: dict[str, str] = {}
@@ -77,7 +82,7 @@ def from_command_line(names: list[str] | None, allow_pull: bool,
         chosen[name] = _checked(name)
     hosts = tuple(_host(h) for h in registries or ())
     return HostAccess(tuple(sorted(chosen.items())), allow_pull,
-                      SetupPolicy(setup_network, hosts))
+                      SetupPolicy(setup_network, hosts, setup_disk, keep_environments))
 
 
 def _host(text: str) -> str:

@@ -32,6 +32,7 @@ from retcon_sandbox.resources import dockerfiles
 
 ENV_NAME = "env"  # prepared environments are tagged <prefix>/env:<key>
 LABEL_ENV_BASE = "retcon-sandbox.env.base"  # the image a prepared environment was made from
+LABEL_ENV_SCOPE = "retcon-sandbox.env.scope"  # a hash of the repository scope it belongs to
 
 REPOSITORY = "retcon-sandbox"
 REGISTRY_BASE = "debian:bookworm-slim"

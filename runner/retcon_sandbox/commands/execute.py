@@ -17,6 +17,7 @@ from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.commands.options import (
     ModelOptions,
     find_repo,
+    limit_options,
     make_agent,
     make_backend,
     require_model,
@@ -59,6 +60,9 @@ class ExecuteOptions:
     strict_provenance: bool = False
     setup_network: str = "registries"
     setup_registry: tuple[str, ...] = ()
+    setup_disk: int = hostaccess.SETUP_DISK
+    keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
+    limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -71,7 +75,9 @@ class ExecuteOptions:
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
                    strict_provenance=args.strict_provenance,
                    setup_network=args.setup_network,
-                   setup_registry=tuple(args.setup_registry or ()))
+                   setup_registry=tuple(args.setup_registry or ()),
+                   setup_disk=args.setup_disk, keep_environments=args.keep_environments,
+                   limits=tuple(limit_options(args).items()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
 def execute(options: ExecuteOptions) -> int:
     reporter = make_reporter(options.json)
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
-                                          options.setup_network, list(options.setup_registry))
+                                          options.setup_network, list(options.setup_registry),
+                                          options.setup_disk, options.keep_environments)
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)
@@ -98,8 +105,9 @@ def execute(options: ExecuteOptions) -> int:
         interactive = not options.non_interactive and not options.json and sys.stdin.isatty()
         stop_if_blocked(spec, interactive, reporter)
         settings = sandbox_settings(spec, options.image, options.build, options.test,
-                                    options.timeout, reporter)
-        backend = make_backend(options.sandbox, spec, settings, access)
+                                    options.timeout, reporter, dict(options.limits))
+        backend = make_backend(options.sandbox, spec, settings, access,
+                               spec.sandbox.image if options.image is None else None, repo)
         transcript = state_dir.transcript_path(specfile.real)
         agent = make_agent(model, transcript, reporter)
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,

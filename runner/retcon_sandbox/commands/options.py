@@ -16,7 +16,14 @@ from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
-from retcon_sandbox.spec.settings import SandboxSettings, SettingError
+from retcon_sandbox.spec.settings import (
+    BY_KEY,
+    LOWER_ONLY,
+    SIZES,
+    SandboxSettings,
+    SettingError,
+    shown,
+)
 
 NO_ACCESS = HostAccess()
 
@@ -124,9 +131,12 @@ def require_model(spec: Spec, settings: ModelSettings | None) -> None:
 
 
 def sandbox_settings(spec: Spec, image: str | None, build: str | None, test: str | None,
-                     timeout: float | None, reporter: Reporter) -> SandboxSettings:
-    """The spec's settings with this run's command-line overrides, each one printed."""
-    overrides = {"image": image, "build": build, "test": test, "timeout": timeout}
+                     timeout: float | None, reporter: Reporter,
+                     limits: dict[str, object] | None = None) -> SandboxSettings:
+    """The spec's settings with this run's command-line overrides, each one printed.
+    `limits`: --memory, --cpus, --pids, --workspace-size, --tmp-size (see `limit_options`)."""
+    overrides = {"image": image, "build": build, "test": test, "timeout": timeout,
+                 **(limits or {})}
     try:
         settings = spec.sandbox.replace(**overrides)
     except SettingError as exc:
@@ -138,9 +148,30 @@ def sandbox_settings(spec: Spec, image: str | None, build: str | None, test: str
     return settings
 
 
+def limit_options(args: object) -> dict[str, object]:
+    """The resource limits the command line raises (or lowers): the only way above the
+    defaults, since a spec can only lower them."""
+    return {key: getattr(args, key, None) for key in LOWER_ONLY if key != "timeout"}
+
+
+def check_engine_limits(settings: SandboxSettings, memory: int, cpus: int) -> None:
+    """A limit raised above its default must fit the engine: memory and the tmpfs sizes (held
+    in memory) at most its MemTotal, CPUs at most its NCPU."""
+    caps: dict[str, float] = {**dict.fromkeys(SIZES, memory), "cpus": cpus}
+    for key, cap in caps.items():
+        value = getattr(settings, key)
+        if cap > 0 and value > BY_KEY[key].default and value > cap:
+            raise UsageError(f"{LOWER_ONLY[key]} {shown(key, value)}: above what the Docker "
+                             f"engine has ({shown(key, int(cap))})",
+                             f"Give {LOWER_ONLY[key]} at most {shown(key, int(cap))}.")
+
+
 def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
-                 access: HostAccess = NO_ACCESS) -> Backend:
-    """Where sandboxes run; `access` (from the command line only) is what the host lets in."""
+                 access: HostAccess = NO_ACCESS, spec_image: str | None = None,
+                 repo: Repo | None = None) -> Backend:
+    """Where sandboxes run; `access` (from the command line only) is what the host lets in.
+    `spec_image`: the image the spec names (no --image), refused when it is an ID prefix or
+    another repository's prepared environment (`repo`'s scope is checked)."""
     if kind == "local":
         from retcon_sandbox.backends.local import LocalBackend
 
@@ -157,8 +188,13 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
     def say(line: str) -> None:
         print(line, file=sys.stderr)
 
+    check_engine_limits(settings, *engine.resources())
     tag = images.ensure(engine, settings.image or images.default_image(), say,
                         allow_pull=access.allow_pull)
+    if spec_image is not None and settings.image == spec_image:
+        from retcon_sandbox.backends.environments import check_spec_image, repository_scope
+
+        check_spec_image(engine, tag, repository_scope(repo) if repo is not None else None)
     proxy = None  # setup's egress proxy runs from our own base image, built before any table
     if settings.setup and access.setup.network == "registries":
         proxy = images.ensure(engine, images.default_image(), say)

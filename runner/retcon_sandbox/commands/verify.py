@@ -20,7 +20,12 @@ from typing import TextIO
 
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments
-from retcon_sandbox.commands.options import find_repo, make_backend, sandbox_settings
+from retcon_sandbox.commands.options import (
+    find_repo,
+    limit_options,
+    make_backend,
+    sandbox_settings,
+)
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter
@@ -57,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
     access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
-                                          args.setup_registry)
+                                          args.setup_registry, args.setup_disk,
+                                          args.keep_environments)
     plan = make_plan(args, reporter)
     settings = plan.settings
     commands = Commands(settings.build, settings.test, settings.timeout)
@@ -69,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     label = StateDir(plan.repo.common_dir()).root / f"verify-{run_id}"
     holder = replace(plan.spec, path=label) if plan.spec else \
         Spec(label, "", "", "", settings)
-    backend = make_backend(args.sandbox, holder, settings, access)
+    spec_image = plan.spec.sandbox.image if plan.spec and args.image is None else None
+    backend = make_backend(args.sandbox, holder, settings, access, spec_image, plan.repo)
     source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
     envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
                         fresh=bool(args.no_cache))
@@ -129,7 +136,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
                      specfile.real if specfile else Path.cwd() / "(none)")
     if spec is not None:
         settings = sandbox_settings(spec, args.image, args.build, args.test, args.timeout,
-                                    reporter)
+                                    reporter, limit_options(args))
     else:
         settings = command_line_settings(args)
     if isinstance(target, SpecTarget):
@@ -147,7 +154,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
 def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
     try:
         return DEFAULTS.replace(image=args.image, build=args.build, test=args.test,
-                                timeout=args.timeout)
+                                timeout=args.timeout, **limit_options(args))
     except SettingError as exc:
         key, message = exc.args
         raise UsageError(f"--{key}: {message}") from None

@@ -4,7 +4,9 @@ resulting `SandboxSettings`, and the README's table is checked against it by a t
 
 Parsing is strict: sizes need a unit, every limit has a floor and a ceiling, zero and negative
 values are refused (no setting can switch a limit off), and values reach Docker as numbers, never
-as text spliced into options.
+as text spliced into options. A spec may come from someone else: it can only lower the resource
+limits (LOWER_ONLY) below their defaults; raising one takes its command-line option. Its `image`
+is a `name[:tag]` reference, never an image ID (IDs only with --image).
 """
 
 from __future__ import annotations
@@ -54,6 +56,29 @@ def number(floor: float, ceiling: float, integer: bool = False) -> Callable[[obj
             raise SettingError(f"must be from {floor:g} to {ceiling:g}")
         return value  # type: ignore[return-value]
     return parse
+
+
+# name[:tag], as Docker spells a reference without a digest: an optional registry host (with a
+# port), lowercase path components, and a tag.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+_HEX_ID = re.compile(r"(?:sha256:)?[0-9a-f]{64}")
+
+
+def reference(value: object) -> str:
+    """A spec's image: `name[:tag]` only. An ID, a digest (`@sha256:...`) or `sha256:...` is
+    refused (a spec could name any image on the engine by its ID); so is a name the engine
+    would take as an ID (64 hex digits). Short names that are also ID prefixes are checked
+    against the image's own tags when it is used."""
+    name = text(value).strip()
+    if "@" in name or name.lower().startswith("sha256:") or _HEX_ID.fullmatch(name.lower()):
+        raise SettingError(f"{name[:80]!r}: a spec names an image by name[:tag] only, never by "
+                           "ID or digest (give an ID with --image on the command line)")
+    if not _REFERENCE.fullmatch(name):
+        raise SettingError(f"{name[:80]!r} is not an image reference name[:tag] (lowercase "
+                           "name, optional registry and tag)")
+    return name
 
 
 def text(value: object) -> str:
@@ -108,7 +133,7 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("image", text, None, "the sandbox image (ours by default; never pulled unless "
+    Setting("image", reference, None, "the sandbox image (ours by default; never pulled unless "
             "--allow-pull)", "retcon-sandbox/base"),
     Setting("build", text, None, "the build command, run by /bin/sh in /workspace", "none"),
     Setting("test", text, None, "the test command", "none"),
@@ -136,6 +161,29 @@ SETTINGS: tuple[Setting, ...] = (
             "--pass-env", "-"),
 )
 BY_KEY = {setting.key: setting for setting in SETTINGS}
+# The limits a spec may only lower, each with the command-line option that raises it.
+LOWER_ONLY = {"timeout": "--timeout", "memory": "--memory", "cpus": "--cpus", "pids": "--pids",
+              "workspace_size": "--workspace-size", "tmp_size": "--tmp-size"}
+SIZES = ("memory", "workspace_size", "tmp_size")
+COMMAND_LINE = {"image": text}  # --image may also be an image ID: the user's own choice
+
+
+def shown(key: str, value: object) -> str:
+    """A setting's value as a person writes it."""
+    if key in SIZES and isinstance(value, int):
+        return human_bytes(value)
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def above_default(key: str, value: object) -> str | None:
+    """Why a spec's `value` for `key` is refused: a limit it raises above the default."""
+    option = LOWER_ONLY.get(key)
+    default = BY_KEY[key].default
+    if option is None or not isinstance(value, int | float) or value <= default:
+        return None
+    return (f"{shown(key, value)} is above the default {shown(key, default)}, the most a spec "
+            f"may ask for: a spec can only lower this limit. Raise it on the command line "
+            f"instead ({option} {shown(key, value)}), up to what the engine has")
 
 
 @dataclass(frozen=True)
@@ -165,6 +213,9 @@ class SandboxSettings:
                 parsed[key] = BY_KEY[key].parse(value)
             except SettingError as exc:
                 raise SettingError(key, str(exc)) from None
+            why = above_default(key, parsed[key])
+            if why:
+                raise SettingError(key, why)
         return cls(**parsed)
 
     def replace(self, **overrides: object) -> SandboxSettings:
@@ -172,7 +223,7 @@ class SandboxSettings:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in overrides.items():
             if value is not None:
-                values[key] = BY_KEY[key].parse(value)
+                values[key] = COMMAND_LINE.get(key, BY_KEY[key].parse)(value)
         return SandboxSettings(**values)
 
 

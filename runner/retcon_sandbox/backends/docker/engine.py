@@ -8,7 +8,11 @@ typed result; nothing outside this module sees a docker exception or a docker ob
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import docker
@@ -290,6 +294,93 @@ class DockerEngine:
             return None
         code = info.get("ExitCode")
         return None if info.get("Running") or code is None else int(code)
+
+    # -- what the engine has, and what an image really is (spec images, environments) ------
+
+    def resources(self) -> tuple[int, int]:
+        """The engine's memory (MemTotal, bytes) and CPUs (NCPU); 0 when it does not say."""
+        try:
+            info = self.client.info()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot ask the engine what it has: {_first_line(exc)}") from None
+        return int(info.get("MemTotal") or 0), int(info.get("NCPU") or 0)
+
+    def image_record(self, name: str) -> ImageRecord:
+        """What `name` resolves to: its ID, its tags (RepoTags), labels and creation time. A
+        short name the engine takes as an ID prefix has none of its tags equal to it."""
+        try:
+            attrs = self.client.images.get(name).attrs
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"image {name} is not available",
+                             "Run `retcon-sandbox images build`, or name another image with "
+                             "--image.") from None
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        config = attrs.get("Config") or {}
+        return ImageRecord(str(attrs.get("Id", "")), tuple(attrs.get("RepoTags") or ()),
+                           {str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
+                           str(attrs.get("Created", "")))
+
+    def images_labelled(self, label: str, value: str) -> list[ImageRecord]:
+        """Every image whose `label` is `value`."""
+        try:
+            found = self.client.api.images(filters={"label": f"{label}={value}"})
+        except docker.errors.DockerException as exc:
+            raise ImageError(f"cannot list images: {_first_line(exc)}") from None
+        return [ImageRecord(str(i.get("Id", "")), tuple(i.get("RepoTags") or ()),
+                            {str(k): str(v) for k, v in (i.get("Labels") or {}).items()},
+                            str(i.get("Created", ""))) for i in found]
+
+    def container_written(self, container_id: str) -> int:
+        """What a container wrote to its own layer (SizeRw), in bytes."""
+        try:
+            found = self.client.api.containers(all=True, size=True,
+                                               filters={"id": container_id})
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot measure the setup's container: {_first_line(exc)}"
+                               ) from None
+        if not found:
+            raise SandboxError("the setup's container is gone before it could be measured")
+        return int(found[0].get("SizeRw") or 0)
+
+    def host_addresses(self) -> list[str]:
+        """The engine host's own addresses as a container may reach them: every network's
+        gateway, and, when the engine is on this machine (a unix socket), this machine's
+        interface addresses."""
+        found: set[str] = set()
+        try:
+            for network in self.client.api.networks():
+                for config in (network.get("IPAM") or {}).get("Config") or ():
+                    if config.get("Gateway"):
+                        found.add(str(config["Gateway"]).split("/")[0])
+        except docker.errors.DockerException:
+            pass
+        if str(self.client.api.base_url).startswith("http+docker://local"):
+            found.update(local_addresses())
+        return sorted(found)
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    id: str
+    tags: tuple[str, ...]
+    labels: dict[str, str]
+    created: str  # RFC 3339 from inspect, or seconds since the epoch from a listing
+
+
+def local_addresses() -> set[str]:
+    """This machine's interface addresses (Linux /proc), IPv4 and IPv6."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for previous, line in itertools.pairwise(lines):
+            if line.strip() == "/32 host LOCAL":
+                found.add(previous.split()[-1])
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            raw = line.split()[0]
+            found.add(str(ipaddress.IPv6Address(int(raw, 16))))
+    return found
 
 
 def _first_line(exc: BaseException) -> str:

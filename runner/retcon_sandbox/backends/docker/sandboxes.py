@@ -86,9 +86,11 @@ class DockerSandbox(HelperSandbox):
                                          COMMAND_MARGIN_S * 4, self._env, helper_args=args)
 
     def snapshot(self) -> CommandResult:
+        """As the helper's uid: only it reads the tree list (setup's commands cannot change
+        which of the workspace's files count as the tree's)."""
         return self._backend.run_command(self.container_id, "keep what setup made",
                                          COMMAND_MARGIN_S * 20, self._env,
-                                         helper_args=["--snapshot"])
+                                         helper_args=["--snapshot"], uid=UID)
 
     def _still_alive(self, command: str) -> None:
         """A command that could not run (126, 127: also what a failed exec reports) or was
@@ -254,7 +256,8 @@ class DockerBackend:
                 stack.callback(engine.remove_network, inside_id)
                 proxy = engine.create_container(dict(
                     image=image, entrypoint=["/usr/bin/python3"],  # our base's
-                    command=["-I", "-S", "-c", egress_source(), str(PROXY_PORT), *registries],
+                    command=["-I", "-S", "-c", egress_source(), str(PROXY_PORT), *registries,
+                             *(f"--block={a}" for a in engine.host_addresses())],
                     user=f"{UID}:{GID}", network=outside, cap_drop=["ALL"],
                     security_opt=["no-new-privileges"], read_only=True,
                     tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, pids_limit=64,
@@ -301,7 +304,8 @@ class DockerBackend:
     def run_command(self, container_id: str, command: str, timeout: float,
                     env: dict[str, str] | None = None,
                     on_output: Callable[[bytes], None] | None = None,
-                    helper_args: list[str] | None = None) -> CommandResult:
+                    helper_args: list[str] | None = None, uid: int = COMMAND_UID
+                    ) -> CommandResult:
         """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
         host reads and caps its output; past the timeout plus a margin, every process of that
         uid is killed; if even that fails, the container is removed (SandboxError).
@@ -309,7 +313,7 @@ class DockerBackend:
         started = time.monotonic()
         argv = helper_args if helper_args is not None else ["--run", str(timeout), command]
         exec_id, stream = self._exec_command(container_id, argv,
-                                             self.env if env is None else env)
+                                             self.env if env is None else env, uid)
         capture = OutputCapture()
         stream.deadline = started + timeout + COMMAND_MARGIN_S
         overdue = False
@@ -332,11 +336,11 @@ class DockerBackend:
         return CommandResult(command, -9 if code is None else code, timed_out, capture.text(),
                              capture.total, capture.truncated, round(seconds, 3))
 
-    def _exec_command(self, container_id: str, argv: list[str], env: dict[str, str]
-                      ) -> tuple[str, ExecStream]:
+    def _exec_command(self, container_id: str, argv: list[str], env: dict[str, str],
+                      uid: int = COMMAND_UID) -> tuple[str, ExecStream]:
         try:
             exec_id, sock = self.engine.exec_open(
-                container_id, helper_argv(*argv), user=f"{COMMAND_UID}:{GID}", stdin=False,
+                container_id, helper_argv(*argv), user=f"{uid}:{GID}", stdin=False,
                 environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})
             return exec_id, ExecStream(sock)
         except EngineError as exc:

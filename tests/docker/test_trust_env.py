@@ -1,0 +1,177 @@
+"""Issue 19 on a real engine: prepared environments never cross repositories (item 2), a spec
+can only lower limits (item 6), setup's disk is capped and old environments pruned (item 7),
+and the helper's tree list is its own (item 9)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+from retcon_sandbox.backends.environments import repository_scope, scope_digest
+from retcon_sandbox.backends.images import LABEL_ENV_SCOPE
+from retcon_sandbox.repo.gitrepo import Repo
+from tests.conftest import cli
+from tests.docker.test_setup import RUN, events, make_project, prepared
+
+MADE: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remove_prepared(engine: DockerEngine) -> Iterator[None]:
+    yield
+    for tag in MADE:
+        engine.remove_image(tag)
+
+
+def run(spec: Path, *extra: str) -> tuple[int, list[dict[str, object]], str]:
+    result = cli("execute", str(spec), "--json", "--non-interactive", "--setup-network", "none",
+                 *extra, timeout=900)
+    found = events(result.out)
+    MADE.extend(prepared(found))
+    return result.code, found, result.out + result.err
+
+
+def project(root: Path, sandbox: str) -> Path:
+    """Two commits; the second changes requirements.txt, an input: two environments."""
+    base = {"requirements.txt": f"# {RUN} {root.name}\n",
+            "test_a.py": "def test_a():\n    pass\n"}
+    feature = {"requirements.txt": f"# {RUN} {root.name} two\n", "a.py": "A = 1\n",
+               "b.py": "B = 2\n"}
+    return make_project(root, base, feature, sandbox, ["a.py"], ["requirements.txt", "b.py"])
+
+
+def error_of(found: list[dict[str, object]]) -> dict[str, object]:
+    return next(e for e in found if e["event"] == "error")
+
+
+# -- item 2: prepared environments never cross repositories ----------------------------------
+
+
+def test_a_spec_cannot_use_another_repositorys_environment(engine: DockerEngine,
+                                                           tmp_path: Path) -> None:
+    private = project(tmp_path / "private", 'setup = "echo private-token > /var/tmp/secret"\n'
+                      'test = "python -m pytest -q"')
+    code, found, log = run(private)
+    assert code == 0, log
+    tag = prepared(found)[-1]
+    labels = engine.image_labels(tag)
+    assert labels[LABEL_ENV_SCOPE] == scope_digest(repository_scope(Repo(private.parent)))
+    image_id = engine.image_id(tag).removeprefix("sha256:")
+    for name, why in ((tag, "a prepared environment of another repository"),
+                      (image_id[:12], "takes it as an image ID prefix")):
+        thief = project(tmp_path / f"thief-{len(why)}",
+                        f'image = "{name}"\ntest = "cat /var/tmp/secret && exit 1"')
+        code, found, log = run(thief)
+        assert code == 1, log
+        assert why in str(error_of(found)["message"]), log
+        assert "private-token" not in log
+        assert not [e for e in found if e["event"] in ("tests", "build", "setup")], log
+
+
+def test_a_spec_image_by_id_is_refused_and_the_command_line_may_give_one(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    base_id = engine.image_id(images.default_image())
+    spec = project(tmp_path / "by-id", f'image = "{base_id}"\ntest = "true"')
+    code, _, log = run(spec)
+    assert code == 1 and "never by ID or digest" in log, log
+    spec.write_text(spec.read_text().replace(f'image = "{base_id}"\n', ""))
+    code, _, log = run(spec, "--image", base_id)
+    assert code == 0, log
+
+
+# -- item 6: a spec can only lower limits ----------------------------------------------------
+
+
+def test_a_spec_cannot_raise_limits_and_the_command_line_is_capped(engine: DockerEngine,
+                                                                   tmp_path: Path) -> None:
+    spec = project(tmp_path / "limits", 'test = "python -m pytest -q"\nmemory = "256g"\n'
+                   'pids = 1000000')
+    code, found, log = run(spec)
+    assert code == 1, log
+    assert "memory: 256g is above the default 2g" in log and "--memory 256g" in log, log
+    spec.write_text(spec.read_text().replace('memory = "256g"\npids = 1000000', 'pids = 64'))
+    memory, cpus = engine.resources()
+    too_much = f"{memory // 1024**3 + 64}g"
+    code, found, log = run(spec, "--memory", too_much)
+    assert code == 2 and f"--memory {too_much}: above what the Docker engine has" in log, log
+    code, found, log = run(spec, "--cpus", str(cpus + 1))
+    assert code == 2 and "--cpus" in log, log
+    code, found, log = run(spec, "--memory", "3g")  # raised from the command line: it holds
+    assert code == 0, log
+    sandbox = str(next(e for e in found if e["event"] == "spec")["sandbox"])
+    assert "memory 3g, pids 64" in sandbox, sandbox
+
+
+def test_the_raised_limits_reach_the_container(engine: DockerEngine, tmp_path: Path) -> None:
+    from retcon_sandbox.spec.settings import DEFAULTS
+
+    settings = DEFAULTS.replace(memory="3g", pids=2048)
+    backend = DockerBackend(engine, images.default_image(), settings, {}, tmp_path / "s.toml")
+    with backend.open("limits") as box:
+        config = engine.client.api.inspect_container(box.container_id)["HostConfig"]
+    assert (config["Memory"], config["PidsLimit"]) == (3 * 1024**3, 2048)
+
+
+# -- item 7: setup's disk is capped, old environments pruned ---------------------------------
+
+
+def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
+                                                    tmp_path: Path) -> None:
+    spec = project(tmp_path / "big", 'setup = "head -c 30000000 /dev/urandom > /var/tmp/big"\n'
+                   'test = "python -m pytest -q"')
+    scope = scope_digest(repository_scope(Repo(spec.parent)))
+    code, found, log = run(spec, "--setup-disk", "10m")
+    assert code == 1, log
+    error = error_of(found)
+    assert error["kind"] == "setup" and "over --setup-disk 10m" in str(error["message"]), log
+    assert not prepared(found) and not engine.images_labelled(LABEL_ENV_SCOPE, scope)
+    code, found, log = run(spec, "--setup-disk", "1g")
+    assert code == 0, log
+    disk = [e for e in found if e["event"] == "setup_disk"]
+    assert disk and all(int(str(e["written"])) >= 30_000_000 for e in disk), disk
+
+
+def test_the_oldest_environments_beyond_the_limit_are_pruned(engine: DockerEngine,
+                                                             tmp_path: Path) -> None:
+    spec = project(tmp_path / "prune", 'setup = "echo one > /var/tmp/one"\n'
+                   'test = "python -m pytest -q"')
+    scope = scope_digest(repository_scope(Repo(spec.parent)))
+    code, found, log = run(spec, "--keep-environments", "1")
+    assert code == 0, log
+    first = prepared(found)
+    assert len(first) == 2 and all(engine.has_image(t) for t in first), log  # both in use
+    spec.write_text(spec.read_text().replace("echo one", "echo two"))
+    result = cli("verify", str(spec), "--json", "--setup-network", "none",
+                 "--keep-environments", "1", "--no-cache", cwd=spec.parent, timeout=900)
+    second = prepared(events(result.out))
+    MADE.extend(second)
+    assert result.code == 0, result.out + result.err
+    assert len(second) == 2, result.out
+    assert not any(engine.has_image(t) for t in first), result.out  # the older run's: pruned
+    assert all(engine.has_image(t) for t in second)
+    pruned = [str(e["tag"]) for e in events(result.out) if e["event"] == "setup_pruned"]
+    assert sorted(pruned) == sorted(first), result.out
+    assert len(engine.images_labelled(LABEL_ENV_SCOPE, scope)) == 2
+
+
+# -- item 9: the helper's tree list ----------------------------------------------------------
+
+
+def test_the_tree_list_is_the_helpers_own(backend: DockerBackend, tmp_path: Path) -> None:
+    repo_dir = tmp_path / "r"
+    spec = project(repo_dir, 'test = "true"')
+    repo = Repo(spec.parent)
+    with backend.open_setup("setup", "none", (), None) as box:
+        box.load_tree(repo.tree_tar(repo.tree_of("main"), 1 << 20), record=True)
+        shown = box.run("stat -c '%a %u' /tmp/retcon-tree-files", 30)
+        assert shown.output.strip() == "600 10001", shown.output
+        rewrite = box.run("printf '' > /tmp/retcon-tree-files", 30)
+        assert not rewrite.passed, rewrite.output  # the commands' uid cannot change it
+        box.run("echo made > /workspace/made.txt", 30)
+        kept = box.snapshot()
+        assert kept.passed and "kept 1 files" in kept.output, kept.output
