@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import math
 import os
+import platform
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -337,6 +338,19 @@ def _main(argv: Sequence[str] | None) -> int:
     except SystemExit:
         raise
     except Exception as exc:  # a bug of ours: say so, keep the traceback in a file
-        report_error(internal_error(exc), as_json)
+        report_error(internal_error(exc, versions), as_json)
         code = EXIT_ERROR
     return code
+
+
+def versions() -> str:
+    """What a bug report needs, at the top of a crash log: ours, Python's, the platform's, git's
+    and the Docker engine's (asked with a short timeout)."""
+    from retcon_sandbox.backends.docker.engine import engine_version
+    from retcon_sandbox.repo.gitrepo import git_version
+
+    return (f"retcon-sandbox {__version__}\n"
+            f"Python {platform.python_version()} ({platform.python_implementation()})\n"
+            f"platform {platform.platform()}\n"
+            f"{git_version()}\n"
+            f"Docker engine {engine_version()}\n")
