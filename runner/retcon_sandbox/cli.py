@@ -211,6 +211,15 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(command="images")
 
 
+def _completion(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+                       description="Print a completion script for SHELL. Load it from your "
+                       f"shell's startup file: eval \"$({PROG} completion bash)\" in ~/.bashrc, "
+                       f"or eval \"$({PROG} completion zsh)\" after compinit in ~/.zshrc.")
+    p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
+    p.set_defaults(command="completion", build_parser=parser)
+
+
 def parser() -> _Parser:
     top = _Parser(prog=PROG, description="Reconstruct a messy branch into clean, logical "
                   "commits. Every build, test and LLM file tool runs in an offline Docker "
@@ -225,6 +234,7 @@ def parser() -> _Parser:
     _clean(sub)
     _demo(sub)
     _images(sub)
+    _completion(sub)
     _simple(sub, "version", "print the version")
     _version_everywhere(top)
     return top
