@@ -1,12 +1,15 @@
 """What one history append costs on a very large spec, side by side with parsing it whole.
 
-    python3 bench/spec_append.py [--commits 15000] [--repeat 5]
+    python3 bench/spec_append.py [--commits 15000] [--repeat 5] [--entries 500]
 
 Writes a spec of COMMITS finished commits (about 50 MB with the default), loads it once as a run
 does, then times: one append as the run makes it (re-read, compare, splice, check the changed
 table, atomic write with fsync); a full parse with tomllib, which an append no longer needs; and,
 if tomlkit is installed, a parse and dumps with it (how saves were made before: the whole
-document re-serialised). Nothing is asserted: these are figures to read.
+document re-serialised). Then, side by side on a spec of ENTRIES history entries, one append
+as we make it against the same append made with tomlkit (parse, append to the array, dumps, the
+same atomic write). Nothing is asserted (but that both wrote the same document): these are
+figures to read.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from retcon_sandbox.spec.file import SpecFile
-from retcon_sandbox.spec.history import CommitCreated, Complete, Entry
+from retcon_sandbox.spec.file import SpecFile, atomic_write
+from retcon_sandbox.spec.history import CommitCreated, Complete, Entry, kind_of, value_of
 
 HINTS = "Move the helpers of this module and their callers; keep the tests for later. " * 40
 
@@ -51,11 +54,51 @@ def line(label: str, seconds: float | None, note: str = "") -> None:
     print(f"  {label:<44}{shown}  {note}")
 
 
+def side_by_side(entries: int, repeat: int) -> None:
+    """Per append, on a spec of `entries` history entries: our splice, and tomlkit's."""
+    try:
+        tomlkit = importlib.import_module("tomlkit")
+    except ImportError:
+        print("\nside by side: tomlkit is not installed")
+        return
+    commits = max(1, (entries + 2) // 3)  # three entries for each finished commit
+    with tempfile.TemporaryDirectory(prefix="retcon-bench-") as tmp:
+        ours, theirs = Path(tmp) / "ours.toml", Path(tmp) / "tomlkit.toml"
+        ours.write_text(spec_text(commits))
+        theirs.write_text(spec_text(commits))
+        specfile = SpecFile(ours)
+        state = {"commit": specfile.load().commits[-1]}
+        pair: list[Entry] = [CommitCreated("f" * 40), Complete()]
+        mine, other = iter(pair * repeat), iter(pair * repeat)
+
+        def append() -> None:
+            _, state["commit"] = specfile.append(state["commit"], next(mine))
+
+        def append_with_tomlkit() -> None:
+            doc = tomlkit.parse(theirs.read_text())
+            entry = next(other)
+            kind = kind_of(entry)
+            doc["commit"][-1]["history"].append(
+                kind.key if kind.bare else tomlkit.inline_table().add(kind.key, value_of(entry)))
+            atomic_write(theirs, tomlkit.dumps(doc).encode())
+
+        mine_s, theirs_s = timed(append, repeat), timed(append_with_tomlkit, repeat)
+        assert tomllib.loads(ours.read_text()) == tomllib.loads(theirs.read_text())
+        size = ours.stat().st_size
+        print(f"\nside by side: one append to a spec of {entries} history entries "
+              f"({commits} commits, {size / 1e3:.0f} kB; median of {repeat})")
+        line("our splice (re-read, splice, check, write)", mine_s)
+        line("tomlkit (parse, append, dumps, write)", theirs_s,
+             f"{theirs_s / mine_s:,.0f}x slower")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", type=int, default=15_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--entries", type=int, default=500)
     args = parser.parse_args()
+    side_by_side(args.entries, args.repeat)
     with tempfile.TemporaryDirectory(prefix="retcon-bench-") as tmp:
         path = Path(tmp) / "spec.toml"
         text = spec_text(args.commits)

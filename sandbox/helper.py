@@ -30,6 +30,26 @@ import sys
 import time
 from typing import IO, Any, Callable, Dict, Iterable, Iterator
 
+from retcon_sandbox.protocol import (  # replaced by that module's text when shipped
+    REQUESTS,
+    DeleteRequest,
+    DeleteResponse,
+    ExtractRequest,
+    ExtractResponse,
+    HelloRequest,
+    HelloResponse,
+    ListRequest,
+    ListResponse,
+    ReadRequest,
+    ReadResponse,
+    RunRequest,
+    RunResponse,
+    WriteRequest,
+    WriteResponse,
+    from_wire,
+    to_wire,
+)
+
 Response = Dict[str, Any]
 
 PR_SET_DUMPABLE = 4
@@ -172,33 +192,33 @@ def human_size(n: int) -> str:
     return f"{n / 1024 / 1024:.1f} MB"
 
 
-def write_summary(rel: str, old: bytes | None, new: bytes) -> Response:
+def write_summary(rel: str, old: bytes | None, new: bytes) -> WriteResponse:
     """What a write did, fettle-style: `+N -M`, no-op detection, the diff for large rewrites."""
     new_text = decode_text(new)
     if old is not None and old == new:
-        return {"status": "unchanged", "summary": f"no changes: {rel} already has this content"}
+        return WriteResponse("unchanged", f"no changes: {rel} already has this content")
     if new_text is None:
         verb = "Replaced" if old is not None else "Created"
-        return {"status": "binary", "summary": f"{verb} binary file {rel} ({len(new)} bytes)"}
+        return WriteResponse("binary", f"{verb} binary file {rel} ({len(new)} bytes)")
     lines = new_text.count("\n") + (0 if new_text.endswith("\n") or not new_text else 1)
     size = f"{human_size(len(new))}, {lines} lines"
     old_text = decode_text(old) if old is not None else None
     if old is None:
-        return {"status": "created", "summary": f"Created {rel} ({size})"}
+        return WriteResponse("created", f"Created {rel} ({size})")
     if old_text is None:
-        return {"status": "updated", "summary": f"Wrote {rel} ({size}; it was binary)"}
+        return WriteResponse("updated", f"Wrote {rel} ({size}; it was binary)")
     diff = list(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
                                      "a/" + rel, "b/" + rel, n=3))
     added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
     removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
-    result: Response = {"status": "updated", "added": added, "removed": removed,
-                        "summary": f"Wrote {rel} ({size}, +{added} -{removed})"}
+    summary = f"Wrote {rel} ({size}, +{added} -{removed})"
     changed = added + removed
     old_lines = max(1, old_text.count("\n"))
+    shown = None
     if changed > DIFF_FLOOR and (changed >= DIFF_CEIL or changed / old_lines > DIFF_RATIO):
-        result["diff"] = "".join(d if d.endswith("\n") else d + "\n\\ No newline at end of file\n"
-                                 for d in diff)
-    return result
+        shown = "".join(d if d.endswith("\n") else d + "\n\\ No newline at end of file\n"
+                        for d in diff)
+    return WriteResponse("updated", summary, added, removed, shown)
 
 
 def read_page(handle: IO[bytes], offset: int | None, limit: int | None) -> Response | None:
@@ -350,7 +370,7 @@ class Capture:
 
 
 def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | None
-                ) -> Response:
+                ) -> RunResponse:
     start = time.monotonic()
     full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
     full_env.update(env or {})
@@ -367,14 +387,14 @@ def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | N
     code = proc.wait()
     kill_tree(proc)  # nothing a command started outlives it
     _drain(proc, capture)
-    return {
-        "exit_code": code,
-        "timed_out": timed_out,
-        "output": capture.text(),
-        "total_bytes": capture.total,
-        "truncated": capture.total > len(capture.head) + len(capture.tail),
-        "seconds": round(time.monotonic() - start, 3),
-    }
+    return RunResponse(
+        exit_code=code,
+        timed_out=timed_out,
+        output=capture.text(),
+        total_bytes=capture.total,
+        truncated=capture.total > len(capture.head) + len(capture.tail),
+        seconds=round(time.monotonic() - start, 3),
+    )
 
 
 def _pump(proc: subprocess.Popen, capture: Capture,  # type: ignore[type-arg]
@@ -452,13 +472,13 @@ class Helper:
         self.checks = checks
         self.checks_network = checks_network
 
-    def op_hello(self, req: Response, payload: bytes) -> Response:
+    def op_hello(self, req: HelloRequest, payload: bytes) -> HelloResponse:
         problems = isolation_problems(self.checks_network) if self.checks else []
-        return {"uid": os.getuid(), "python": sys.version.split()[0],
-                "subreaper": become_subreaper(), "dumpable": is_dumpable(),
-                "problems": problems}
+        return HelloResponse(uid=os.getuid(), python=sys.version.split()[0],
+                             subreaper=become_subreaper(), dumpable=is_dumpable(),
+                             problems=problems)
 
-    def op_extract(self, req: Response, payload: bytes | Chunks) -> Response:
+    def op_extract(self, req: ExtractRequest, payload: bytes | Chunks) -> ExtractResponse:
         """Unpack the tree that goes in, as it streams: fresh files only (O_EXCL), never through
         a symlink, names exactly as the repository has them. `record`: keep the names, for a
         setup's snapshot."""
@@ -486,60 +506,60 @@ class Helper:
                 write_new(stream, target, size, 0o775 if mode & 0o111 else 0o664)
             skip(stream, -size % 512)
             count += 1
-            if req.get("record"):
+            if req.record:
                 names.append(name)
-        if req.get("record"):
+        if req.record:
             write_tree_list(names)
-        return {"files": count}
+        return ExtractResponse(files=count)
 
-    def op_read(self, req: Response, payload: bytes) -> Response:
-        path = self.ws.for_read(req["path"])
+    def op_read(self, req: ReadRequest, payload: bytes) -> ReadResponse:
+        path = self.ws.for_read(req.path)
         if os.path.isdir(path):
-            raise ToolError(f"{req['path']} is a directory; use list_files")
+            raise ToolError(f"{req.path} is a directory; use list_files")
         try:
-            size = regular_size(path, req["path"])
+            size = regular_size(path, req.path)
             if size > READ_MAX:
-                raise ToolError(f"{req['path']} is {human_size(size)}, too large to read "
+                raise ToolError(f"{req.path} is {human_size(size)}, too large to read "
                                 f"(at most {human_size(READ_MAX)})")
             with open(path, "rb") as handle:
-                page = read_page(handle, req.get("offset"), req.get("limit"))
+                page = read_page(handle, req.offset, req.limit)
         except FileNotFoundError:
-            raise ToolError(f"{req['path']} does not exist") from None
+            raise ToolError(f"{req.path} does not exist") from None
         if page is None:
-            return {"binary": True, "size": size,
-                    "text": f"{req['path']} is a binary file ({size} bytes); not shown"}
-        return {"binary": False, "size": size, **page}
+            return ReadResponse(binary=True, size=size,
+                                text=f"{req.path} is a binary file ({size} bytes); not shown")
+        return ReadResponse(binary=False, size=size, **page)
 
-    def op_write(self, req: Response, payload: bytes) -> Response:
-        path = self.ws.for_write(req["path"], exact=bool(req.get("exact")))
+    def op_write(self, req: WriteRequest, payload: bytes) -> WriteResponse:
+        path = self.ws.for_write(req.path, exact=req.exact)
         if os.path.isdir(path):
-            raise ToolError(f"{req['path']} is a directory")
-        if req.get("mode") == "120000":
-            return self._symlink(req["path"], path, payload.decode("utf-8", "surrogateescape"))
+            raise ToolError(f"{req.path} is a directory")
+        if req.mode == "120000":
+            return self._symlink(req.path, path, payload.decode("utf-8", "surrogateescape"))
         old = None
         if os.path.lexists(path):
-            regular_size(path, req["path"])  # never open a FIFO a build left: it would block
+            regular_size(path, req.path)  # never open a FIFO a build left: it would block
             with open(path, "rb") as handle:
                 old = handle.read()
-        result = write_summary(req["path"], old, payload)
-        mode = 0o775 if req.get("mode") == "100755" else 0o664
-        if result["status"] != "unchanged" or req.get("mode"):
+        result = write_summary(req.path, old, payload)
+        mode = 0o775 if req.mode == "100755" else 0o664
+        if result.status != "unchanged" or req.mode:
             make_dirs(os.path.dirname(path))
             self._atomic_write(path, payload, mode)
         return result
 
-    def op_delete(self, req: Response, payload: bytes) -> Response:
-        path = self.ws.for_write(req["path"], exact=bool(req.get("exact")))
+    def op_delete(self, req: DeleteRequest, payload: bytes) -> DeleteResponse:
+        path = self.ws.for_write(req.path, exact=req.exact)
         if os.path.isdir(path):
-            raise ToolError(f"{req['path']} is a directory; delete the files in it")
+            raise ToolError(f"{req.path} is a directory; delete the files in it")
         try:
             os.unlink(path)
         except FileNotFoundError:
-            raise ToolError(f"{req['path']} does not exist") from None
-        return {"summary": f"Deleted {req['path']}"}
+            raise ToolError(f"{req.path} does not exist") from None
+        return DeleteResponse(summary=f"Deleted {req.path}")
 
-    def op_list(self, req: Response, payload: bytes) -> Response:
-        base = self.ws.for_read(req["path"]) if req.get("path") else self.ws.root
+    def op_list(self, req: ListRequest, payload: bytes) -> ListResponse:
+        base = self.ws.for_read(req.path) if req.path else self.ws.root
         found: list[str] = []
         omitted = 0
         for dirpath, dirnames, filenames in os.walk(base):
@@ -551,18 +571,18 @@ class Helper:
                     omitted += 1
         if omitted:  # a build that made a million files cannot make one huge answer
             found.append(f"[... {omitted} more names not listed: list a subdirectory]")
-        return {"files": found}
+        return ListResponse(files=found)
 
-    def op_run(self, req: Response, payload: bytes) -> Response:
-        return run_command(self.ws, req["cmd"], float(req.get("timeout", 600)), req.get("env"))
+    def op_run(self, req: RunRequest, payload: bytes) -> RunResponse:
+        return run_command(self.ws, req.cmd, req.timeout, req.env)
 
     @staticmethod
-    def _symlink(rel: str, path: str, target: str) -> Response:
+    def _symlink(rel: str, path: str, target: str) -> WriteResponse:
         tmp = f"{path}.retcon-tmp-{os.getpid()}"
         make_dirs(os.path.dirname(path))
         os.symlink(target, tmp)
         os.replace(tmp, path)
-        return {"status": "created", "summary": f"Linked {rel} -> {target}"}
+        return WriteResponse("created", f"Linked {rel} -> {target}")
 
     @staticmethod
     def _atomic_write(path: str, data: bytes, mode: int) -> None:
@@ -705,12 +725,15 @@ def handle(helper: Helper, req: Response, stdin: IO[bytes]) -> Response:
     elif req.get("payload"):
         payload = read_exactly(stdin, int(req["payload"]))
     try:
-        handler: Callable[[Response, Any], Response] | None = getattr(
-            helper, "op_" + str(req.get("op")), None)
-        if handler is None:
-            raise ToolError(f"unknown operation {req.get('op')!r}")
+        op = req.get("op")
+        kind = REQUESTS.get(op) if isinstance(op, str) else None
+        if kind is None:
+            raise ToolError(f"unknown operation {op!r}")
+        request = from_wire(kind, {k: v for k, v in req.items()
+                                   if k not in ("id", "op", "payload", "chunked")})
+        handler: Callable[[Any, Any], Any] = getattr(helper, "op_" + kind.OP)
         response: Response = {"ok": True}
-        response.update(handler(req, payload))
+        response.update(to_wire(handler(request, payload)))
         return response
     finally:
         if isinstance(payload, Chunks):

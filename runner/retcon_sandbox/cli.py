@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import math
 import os
+import platform
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -244,6 +245,15 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(command="images")
 
 
+def _completion(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+                       description="Print a completion script for SHELL. Load it from your "
+                       f"shell's startup file: eval \"$({PROG} completion bash)\" in ~/.bashrc, "
+                       f"or eval \"$({PROG} completion zsh)\" after compinit in ~/.zshrc.")
+    p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
+    p.set_defaults(command="completion", build_parser=parser)
+
+
 def parser() -> _Parser:
     top = _Parser(prog=PROG, description="Reconstruct a messy branch into clean, logical "
                   "commits. Every build, test and LLM file tool runs in an offline Docker "
@@ -258,6 +268,7 @@ def parser() -> _Parser:
     _clean(sub)
     _demo(sub)
     _images(sub)
+    _completion(sub)
     _simple(sub, "version", "print the version")
     _version_everywhere(top)
     return top
@@ -371,6 +382,19 @@ def _main(argv: Sequence[str] | None) -> int:
     except SystemExit:
         raise
     except Exception as exc:  # a bug of ours: say so, keep the traceback in a file
-        report_error(internal_error(exc), as_json)
+        report_error(internal_error(exc, versions), as_json)
         code = EXIT_ERROR
     return code
+
+
+def versions() -> str:
+    """What a bug report needs, at the top of a crash log: ours, Python's, the platform's, git's
+    and the Docker engine's (asked with a short timeout)."""
+    from retcon_sandbox.backends.docker.engine import engine_version
+    from retcon_sandbox.repo.gitrepo import git_version
+
+    return (f"retcon-sandbox {__version__}\n"
+            f"Python {platform.python_version()} ({platform.python_implementation()})\n"
+            f"platform {platform.platform()}\n"
+            f"{git_version()}\n"
+            f"Docker engine {engine_version()}\n")

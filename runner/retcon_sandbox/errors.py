@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 EXIT_OK = 0
@@ -117,9 +118,10 @@ def log_dir() -> Path:
     return Path(state) / "retcon-sandbox"
 
 
-def internal_error(exc: BaseException) -> InternalError:
-    """A bug of ours: keep the traceback in a log file and say where it is."""
-    text = "".join(traceback.format_exception(exc))
+def internal_error(exc: BaseException, about: Callable[[], str] | None = None) -> InternalError:
+    """A bug of ours: keep the traceback in a log file and say where it is. `about`: the
+    versions a bug report needs, written above the traceback."""
+    text = _about(about) + "".join(traceback.format_exception(exc))
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     for directory in (log_dir(), Path(tempfile.gettempdir())):
         try:
@@ -134,3 +136,12 @@ def internal_error(exc: BaseException) -> InternalError:
     return InternalError(f"internal error: {type(exc).__name__}: {exc}",
                          f"This is a bug in retcon-sandbox, not in your input. The traceback is "
                          f"in {path}; please report it with that file.")
+
+
+def _about(about: Callable[[], str] | None) -> str:
+    if about is None:
+        return ""
+    try:
+        return about().rstrip("\n") + "\n\n"
+    except Exception as exc:  # the traceback matters more than the versions
+        return f"(versions unavailable: {type(exc).__name__}: {exc})\n\n"

@@ -5,6 +5,7 @@ They are read through importlib.resources, so an installed wheel behaves exactly
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -20,9 +21,21 @@ def prompt(name: str, **values: object) -> str:
     return Template(prompt_text(name)).safe_substitute({k: str(v) for k, v in values.items()})
 
 
+# The helper's import of the protocol module it shares with the host (see protocol.py).
+_SHARED = re.compile(r"^from retcon_sandbox\.protocol import \([^)]*\)\n", re.MULTILINE)
+
+
 @cache  # read once per process (the helper is sent with every exec)
 def helper_source() -> str:
-    return (files("retcon_sandbox.sandbox") / "helper.py").read_text(encoding="utf-8")
+    """The helper as one self-contained file: the protocol module's text in place of the
+    helper's import of it."""
+    helper = (files("retcon_sandbox.sandbox") / "helper.py").read_text(encoding="utf-8")
+    shared = (files("retcon_sandbox") / "protocol.py").read_text(encoding="utf-8")
+    shared = shared.replace("from __future__ import annotations\n", "", 1)
+    source, count = _SHARED.subn(lambda _: shared, helper, count=1)
+    if count != 1:
+        raise RuntimeError("sandbox/helper.py no longer imports retcon_sandbox.protocol")
+    return source
 
 
 @cache  # read once per process (the helper is sent with every exec)

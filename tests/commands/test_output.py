@@ -313,7 +313,7 @@ def test_status_exits_3_when_stuck_and_indents_multi_line_text(tmp_path: Path) -
 
 COMMANDS = [(), ("execute",), ("reconstruct",), ("status",), ("prompt",), ("clean",), ("demo",),
             ("images",), ("images", "build"), ("images", "bootstrap"), ("images", "list"),
-            ("images", "prune"), ("version",)]
+            ("images", "prune"), ("completion",), ("version",)]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "top" for c in COMMANDS])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
 import tarfile
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from testcontainers.core.container import DockerContainer
 
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
@@ -50,6 +52,24 @@ def no_container_left(engine: DockerEngine,
         engine.remove_network(network_id)
     assert not left, f"{len(left)} sandbox container(s) left behind"
     assert not networks, f"{len(networks)} setup network(s) left behind"
+
+
+@contextlib.contextmanager
+def leftover(engine: DockerEngine, labels: dict[str, str]) -> Iterator[str]:
+    """A plain container of our image, started with testcontainers, whose labels make it look
+    like what a killed run leaves behind: its id. The code under test is meant to remove it; if
+    it did not, it goes at the end."""
+    container = DockerContainer(images.default_image(), command="sleep infinity",
+                                labels=labels)
+    container.start()
+    container_id = str(container.get_wrapped_container().id)
+    try:
+        yield container_id
+    finally:
+        if container_id in engine.sandbox_containers():
+            container.stop()
+        else:
+            container.get_docker_client().client.close()
 
 
 SMALL = DEFAULTS.replace(memory="256m", cpus=1.0, pids=128, workspace_size="64m",

@@ -8,11 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
-from tests.docker.conftest import ours
+from tests.docker.conftest import leftover, ours
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction
 
@@ -79,16 +78,16 @@ def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: P
 
 def test_leftovers_of_a_killed_run_are_reaped(engine: DockerEngine, tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True)
-    engine.client.containers.create(images.default_image(), ["sleep", "infinity"], labels={
-        LABEL_RUN: "old", LABEL_SPEC: str(demo.spec.resolve())})
-    engine.client.containers.create(images.default_image(), ["sleep", "infinity"], labels={
-        LABEL_RUN: "other", LABEL_SPEC: str(tmp_path / "elsewhere" / "spec.toml")})
-    result = cli("execute", str(demo.spec), *DOCKER)
-    assert result.code == 0, result.out + result.err
-    assert "Removed 1 leftover sandbox container" in result.out
-    assert len(ours(engine, tmp_path)) == 1  # another spec's: not this run's to reap
-    cleaned = cli("clean", str(tmp_path / "elsewhere" / "spec.toml"))  # no owner: not alive
-    assert cleaned.code == 0 and "Removed 1 sandbox container" in cleaned.out
+    with leftover(engine, {LABEL_RUN: "old", LABEL_SPEC: str(demo.spec.resolve())}) as old, \
+            leftover(engine, {LABEL_RUN: "other",
+                              LABEL_SPEC: str(tmp_path / "elsewhere" / "spec.toml")}) as other:
+        result = cli("execute", str(demo.spec), *DOCKER)
+        assert result.code == 0, result.out + result.err
+        assert "Removed 1 leftover sandbox container" in result.out
+        assert ours(engine, tmp_path) == [other]  # another spec's: not this run's to reap
+        cleaned = cli("clean", str(tmp_path / "elsewhere" / "spec.toml"))  # no owner: not alive
+        assert cleaned.code == 0 and "Removed 1 sandbox container" in cleaned.out
+        assert old not in engine.sandbox_containers()
 
 
 def test_demo_command(engine: DockerEngine, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def still_serving(box: HelperSandbox) -> None:
 def test_the_sandbox_is_isolated(backend: DockerBackend) -> None:
     with backend.open("t") as box:
         info = box.hello()
-        assert info["uid"] == 10001 and info["problems"] == []
+        assert info.uid == 10001 and info.problems == []
         result = box.run("id -u; cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs)'; "
                          "ls /sys/class/net; test -S /var/run/docker.sock && echo SOCKET", 10)
         assert result.output.split() == ["10002", "CapEff:", "0000000000000000",

@@ -6,7 +6,7 @@ import pytest
 from testcontainers.core.container import DockerContainer
 
 from retcon_sandbox.backends import images
-from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine, engine_version
 
 
 @pytest.mark.parametrize(("name", "checks"), [
@@ -22,3 +22,9 @@ def test_images_carry_their_toolchains(engine: DockerEngine, name: str,
         for check in checks:
             code, output = container.exec(["sh", "-c", check])
             assert code == 0, f"{name}: {check}: {output!r}"
+
+
+def test_the_crash_log_names_the_engine_version(engine: DockerEngine) -> None:
+    info = engine.client.version()
+    assert engine_version() == (f"{info['Version']} (API {info['ApiVersion']}, {info['Os']}/"
+                                f"{info['Arch']})")

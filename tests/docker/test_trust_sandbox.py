@@ -51,7 +51,7 @@ raise SystemExit(1)
 
 
 def still_serving(box: HelperSandbox) -> None:
-    assert box.hello()["problems"] == []
+    assert box.hello().problems == []
     result = box.run("echo alive", 10)
     assert result.passed and result.output == "alive\n"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from retcon_sandbox import __version__, errors
 from retcon_sandbox import cli as cli_module
 from retcon_sandbox.commands import status as status_command
 from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, backoff
@@ -174,6 +176,7 @@ def test_an_unexpected_error_names_its_log_file(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(status_command, "load", broken)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     with pytest.raises(SystemExit) as info:
         cli_module.main(["status", str(tmp_path / "spec.toml"), "--json"])
     out, err = capsys.readouterr()
@@ -183,11 +186,36 @@ def test_an_unexpected_error_names_its_log_file(monkeypatch: pytest.MonkeyPatch,
     logs = list((tmp_path / "state" / "retcon-sandbox").glob("crash-*.log"))
     assert len(logs) == 1 and str(logs[0]) in err
     log = logs[0].read_text()
-    assert log.startswith("Traceback") and "in broken" in log and "Traceback" not in err
+    head, _, trace = log.partition("\n\n")
+    assert trace.startswith("Traceback") and "in broken" in trace and "Traceback" not in err
+    assert head.splitlines() == [
+        f"retcon-sandbox {__version__}",
+        f"Python {platform.python_version()} ({platform.python_implementation()})",
+        f"platform {platform.platform()}",
+        subprocess.run(["git", "version"], capture_output=True, text=True).stdout.strip(),
+        head.splitlines()[-1]]
+    assert head.splitlines()[-1].startswith("Docker engine not reachable (")
     error = json.loads(out.splitlines()[-1])
     assert error["event"] == "error" and error["kind"] == "internal" and str(logs[0]) in \
         error["hint"]
     assert {"time", "run"} <= set(error)
+
+
+def test_a_crash_log_keeps_its_traceback_when_the_versions_fail(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def no_versions() -> str:
+        raise OSError("no such thing")
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    try:
+        raise ValueError("the bug")
+    except ValueError as exc:
+        error = errors.internal_error(exc, no_versions)
+    (log,) = (tmp_path / "state" / "retcon-sandbox").glob("crash-*.log")
+    assert str(log) in error.hint
+    text = log.read_text()
+    assert text.startswith("(versions unavailable: OSError: no such thing)\n\nTraceback")
+    assert "ValueError: the bug" in text
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [

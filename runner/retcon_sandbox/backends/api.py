@@ -12,10 +12,32 @@ import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from retcon_sandbox.archive import TarStream
 from retcon_sandbox.errors import SandboxError
+from retcon_sandbox.protocol import (
+    DeleteRequest,
+    DeleteResponse,
+    ExtractRequest,
+    ExtractResponse,
+    HelloRequest,
+    HelloResponse,
+    ListRequest,
+    ListResponse,
+    ProtocolError,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    RunRequest,
+    RunResponse,
+    WriteRequest,
+    WriteResponse,
+    from_wire,
+    to_wire,
+)
+
+Answer = TypeVar("Answer")
 
 
 class ToolFailure(Exception):
@@ -215,47 +237,57 @@ class HelperSandbox:
             raise ToolFailure(str(response.get("error", "unknown error")))
         return response
 
-    def hello(self) -> dict[str, Any]:
-        return self.request("hello")
+    def call(self, message: Request, answer: type[Answer], payload: bytes = b"",
+             chunks: Iterable[bytes] | None = None, seconds: float = FILE_TOOL_S) -> Answer:
+        """A request built from its dataclass; its answer read into `answer`, whose fields
+        must match (an unknown, missing or mistyped field is a SandboxError that names it)."""
+        body = self.request(message.OP, payload, chunks, seconds, **to_wire(message))
+        try:
+            return from_wire(answer, {k: v for k, v in body.items() if k not in ("id", "ok")})
+        except ProtocolError as exc:
+            raise SandboxError(f"the sandbox helper's answer to `{message.OP}` does not fit the "
+                               f"protocol: {exc}", "Something in the sandbox wrote to the "
+                               "helper's output, or the helper is not this version's; the "
+                               "answer was not trusted.") from None
+
+    def hello(self) -> HelloResponse:
+        return self.call(HelloRequest(), HelloResponse)
 
     def load_tree(self, tar: TarStream, record: bool = False) -> int:
         """`record`: the helper keeps the names (a setup's snapshot leaves them out)."""
-        if record:
-            return int(self.request("extract", chunks=tar.chunks, seconds=LOAD_S,
-                                    record=True)["files"])
-        return int(self.request("extract", chunks=tar.chunks, seconds=LOAD_S)["files"])
+        return self.call(ExtractRequest(record), ExtractResponse, chunks=tar.chunks,
+                         seconds=LOAD_S).files
 
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult:
-        r = self.request("read", path=path, offset=offset, limit=limit)
-        return ReadResult(str(r["text"]), bool(r["binary"]), r.get("lines"), r.get("start"),
-                          r.get("end"), bool(r.get("more")))
+        r = self.call(ReadRequest(path, offset, limit), ReadResponse)
+        return ReadResult(r.text, r.binary, r.lines, r.start, r.end, bool(r.more))
 
     def write_file(self, path: str, data: bytes, mode: str | None = None,
                    exact: bool = False) -> WriteResult:
-        r = self.request("write", data, path=path, mode=mode, exact=exact)
-        return WriteResult(str(r["status"]), str(r["summary"]), r.get("diff"))
+        r = self.call(WriteRequest(path, mode, exact), WriteResponse, data)
+        return WriteResult(r.status, r.summary, r.diff)
 
     def delete_file(self, path: str, exact: bool = False) -> str:
-        return str(self.request("delete", path=path, exact=exact)["summary"])
+        return self.call(DeleteRequest(path, exact), DeleteResponse).summary
 
     def list_files(self, path: str | None = None) -> list[str]:
-        return [str(f) for f in self.request("list", path=path)["files"]]
+        return list(self.call(ListRequest(path), ListResponse).files)
 
     def run(self, command: str, timeout: float) -> CommandResult:
-        r = self.request("run", cmd=command, timeout=timeout, env=self._env,
-                         seconds=timeout + COMMAND_MARGIN_S)
-        return CommandResult(command, int(r["exit_code"]), bool(r["timed_out"]), str(r["output"]),
-                             int(r["total_bytes"]), bool(r["truncated"]), float(r["seconds"]))
+        r = self.call(RunRequest(command, timeout, self._env), RunResponse,
+                      seconds=timeout + COMMAND_MARGIN_S)
+        return CommandResult(command, r.exit_code, r.timed_out, r.output, r.total_bytes,
+                             r.truncated, r.seconds)
 
     def close(self) -> None:
         self._transport.close()
 
 
-def check_isolation(box: HelperSandbox, what: str) -> dict[str, Any]:
+def check_isolation(box: HelperSandbox, what: str) -> HelloResponse:
     """Say hello; refuse a sandbox whose helper reports it is not isolated."""
     info = box.hello()
-    problems = info.get("problems") or []
+    problems = info.problems
     if problems:
         raise SandboxError(f"{what} is not isolated: " + "; ".join(problems),
                            "Check the [sandbox] settings and the engine; retcon-sandbox will not "

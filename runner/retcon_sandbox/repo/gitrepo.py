@@ -528,3 +528,11 @@ def refuse_dotgit(path: str) -> None:
                        "filesystem (case, ignorable characters, `git~1`, trailing dots or "
                        "spaces); retcon-sandbox never commits it",
                        "Remove or rename it on the source branch, then rerun.")
+
+
+def git_version() -> str:
+    """The git GitPython runs (`git version 2.x`), for a crash log; what went wrong if none."""
+    try:
+        return str(git.Git().version()).strip()
+    except (git.exc.GitError, OSError) as exc:
+        return f"git not usable ({type(exc).__name__}: {str(exc).strip()[:200]})"

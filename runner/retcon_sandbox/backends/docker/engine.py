@@ -386,3 +386,18 @@ def local_addresses() -> set[str]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def engine_version(timeout: int = 3) -> str:
+    """The engine's version, for a crash log: never more than about `timeout` seconds, and
+    never an exception (what went wrong is the answer instead)."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        try:
+            info = client.version()
+        finally:
+            client.close()
+    except Exception as exc:  # any failure is the answer: this is a diagnostic
+        return f"not reachable ({_first_line(exc)})"
+    return f"{info.get('Version', '?')} (API {info.get('ApiVersion', '?')}, {info.get('Os', '?')}" \
+           f"/{info.get('Arch', '?')})"

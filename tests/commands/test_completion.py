@@ -1,0 +1,94 @@
+"""`retcon-sandbox completion bash|zsh`: the scripts the real CLI prints, run by real shells."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from retcon_sandbox import cli as cli_module
+from retcon_sandbox.commands.completion import bash, nodes
+from tests.conftest import cli
+
+BASH_RUN = 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); {function}; ' \
+           'printf "%s\\n" "${{COMPREPLY[@]}}"'
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("completion")
+    found = {}
+    for shell in ("bash", "zsh"):
+        result = cli("completion", shell)
+        assert result.code == 0, result.err
+        found[shell] = folder / f"completion.{shell}"
+        found[shell].write_text(result.out)
+    return found
+
+
+def complete_in_bash(script: Path, line: list[str]) -> list[str]:
+    proc = subprocess.run(["bash", "--norc", "-c", BASH_RUN.format(function="_retcon_sandbox"),
+                           "bash", str(script), "retcon-sandbox", *line],
+                          capture_output=True, text=True, check=True)
+    assert proc.stderr == ""
+    return proc.stdout.split()
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    (["ima"], ["images"]),
+    (["images", "b"], ["build", "bootstrap"]),
+    (["images", "prune", "--e"], ["--environments"]),
+    (["execute", "--sand"], ["--sandbox"]),
+    (["execute", "--sandbox", ""], ["docker", "local"]),
+    (["reconstruct", "--skip", "t"], ["test"]),
+    (["verify", "--setup-network", ""], ["registries", "full", "none"]),
+    (["execute", "--repo", "images", "--no-c"], ["--no-cache"]),  # a value is not a command
+    (["status", "spec.toml", "--j"], ["--json"]),
+    (["completion", ""], ["bash", "zsh"]),
+    (["execute", "sp"], []),  # a SPEC: the shell's own file-name completion
+    (["execute", "--repo", ""], []),  # a directory: likewise
+])
+def test_bash_completes(scripts: dict[str, Path], line: list[str], expected: list[str]) -> None:
+    assert complete_in_bash(scripts["bash"], line) == expected
+
+
+def test_every_command_and_option_is_offered(scripts: dict[str, Path]) -> None:
+    """Generated from the parsers: nothing the CLI accepts is missing."""
+    tree = {node.path: node for node in nodes(cli_module.parser())}
+    assert complete_in_bash(scripts["bash"], [""]) == list(tree[""].commands)
+    assert {"execute", "verify", "images", "completion", "version"} <= set(tree[""].commands)
+    for path, node in tree.items():
+        offered = complete_in_bash(scripts["bash"], [*path.split(), "-"])
+        assert offered == list(node.options) and "--help" in offered, path
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_loads_the_script_and_completes_through_bashcompinit(scripts: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    program = (
+        'autoload -U compinit && compinit -u -D; eval "$(<$1)"; '
+        'print -r -- "$_comps[retcon-sandbox]"; '
+        "emulate -L sh; setopt kshglob noshglob braceexpand; "  # as bashcompinit's compgen does
+        'COMP_WORDS=(retcon-sandbox execute --repo x --sandbox ""); COMP_CWORD=5; '
+        '_retcon_sandbox; print -r -- "${COMPREPLY[@]}"')
+    proc = subprocess.run(["zsh", "-f", "-c", program, "zsh", str(scripts["zsh"])],
+                          capture_output=True, text=True, env={"HOME": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines() == ["_bash_complete -o default -F _retcon_sandbox",
+                                        "docker local"]
+
+
+def test_an_unknown_shell_is_a_usage_error() -> None:
+    result = cli("completion", "fish")
+    assert result.code == 2 and "invalid choice: 'fish'" in result.err
+
+
+def test_a_word_the_script_cannot_hold_safely_is_refused() -> None:
+    """Words go into the script unquoted: anything but plain option-like text is refused."""
+    parser = argparse.ArgumentParser(prog="retcon-sandbox")
+    parser.add_argument("--mode", choices=("fast", "$(touch /tmp/x)"))
+    with pytest.raises(ValueError, match="cannot write"):
+        bash(parser, "retcon-sandbox")
