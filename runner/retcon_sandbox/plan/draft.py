@@ -302,7 +302,9 @@ def group_files(facts: Facts) -> list[list[str]]:
 
 CONVENTIONAL = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|"
                           r"revert)(\([^)]*\))?!?: \S")
-_WIP = re.compile(r"^\s*(wip|tmp|temp)\b[:\s-]*", re.IGNORECASE)
+_WIP = re.compile(r"^\s*(wip|tmp|temp)\b[:\s-]*|[\s(:-]*\b(wip|tmp)\)?\s*$", re.IGNORECASE)
+THIN = {"more", "fix", "fixes", "fixed", "oops", "wip", "tmp", "again", "still", "try", "start",
+        "finish", "done", "tweak", "tweaks", "nit", "nits"}
 NOISE = re.compile(
     r"^(fixup!|squash!|amend!|oops|typos?|fix(es|ed)?|fix (the |a )?(build|tests?|ci|lint|typos?"
     r"|it|stuff|things|bug)|actually fix( it)?|more( \w+)? (stuff|things|changes|work)|stuff|"
@@ -320,7 +322,8 @@ def _useful(subject: str) -> str | None:
     text = _WIP.sub("", subject).strip()
     if CONVENTIONAL.match(subject):
         return subject.strip()
-    if NOISE.match(text) or len(text.split()) < 2:
+    words = text.lower().split()
+    if NOISE.match(text) or len(words) < 3 or words[0] in THIN or words[-1] in THIN:
         return None
     return text
 
@@ -340,6 +343,26 @@ def _kind_of_group(paths: list[str], d: Derived) -> str:
     return "code"
 
 
+def _changes(paths: list[str], facts: Facts, d: Derived) -> str:
+    """`rename a to b; add c; update d`, leaving out the tests that come along."""
+    shown = [p for p in paths if d.kinds[p] != "test"] or paths
+    blobs = {c.path: (c.old_blob, c.new_blob) for c in facts.changes}
+    parts: list[str] = []
+    renamed: set[str] = set()
+    for gone in (p for p in shown if d.status[p] == "D"):
+        for new in (p for p in shown if d.status[p] == "A" and p not in renamed):
+            if blobs[new][1] == blobs[gone][0] or new.rsplit("/", 1)[-1] == \
+                    gone.rsplit("/", 1)[-1]:
+                parts.append(f"rename {gone} to {new}")
+                renamed |= {gone, new}
+                break
+    for verb, status in (("add", "A"), ("remove", "D"), ("update", "M")):
+        files = [p for p in shown if d.status[p] == status and p not in renamed]
+        if files:
+            parts.append(f"{verb} {_names(files)}")
+    return "; ".join(parts[:2]) + (" and more" if len(parts) > 2 else "")
+
+
 def describe(paths: list[str], facts: Facts, d: Derived, style: bool,
              tested: list[str] | None = None) -> str:
     """A subject saying what changed, when no messy commit says it."""
@@ -349,10 +372,9 @@ def describe(paths: list[str], facts: Facts, d: Derived, style: bool,
         what = f"add tests for {_names(tested)}" if tested else f"update {_names(paths)}"
         kind_word = "test"
     elif group_kind == "docs":
-        what, kind_word = f"update {_names(paths)}", "docs"
+        what, kind_word = _changes(paths, facts, d), "docs"
     else:
-        verb = "add" if statuses == {"A"} else "remove" if statuses == {"D"} else "update"
-        what = f"{verb} {_names(paths)}"
+        what = _changes(paths, facts, d)
         configs = all(d.kinds[p] == "config" for p in paths)
         kind_word = "build" if configs else "feat" if "A" in statuses else "refactor"
     return f"{kind_word}: {what}" if style else what[0].upper() + what[1:]

@@ -10,7 +10,7 @@ TEST_DIRS = {"test", "tests", "testing", "spec", "specs", "__tests__", "e2e", "i
 DOC_DIRS = {"doc", "docs", "documentation", "man"}
 DOC_EXT = (".md", ".rst", ".adoc", ".txt", ".markdown")
 DOC_NAMES = ("readme", "changelog", "changes", "news", "history", "contributing", "authors",
-             "license", "copying", "notice")
+             "license", "copying", "notice", "mkdocs", ".readthedocs")
 CONFIG_NAMES = {"pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "cargo.toml",
                 "cargo.lock", "package.json", "package-lock.json", "yarn.lock", "go.mod",
                 "go.sum", "pnpm-lock.yaml", "poetry.lock", "uv.lock", "tox.ini", "makefile",
