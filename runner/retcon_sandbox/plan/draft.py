@@ -6,8 +6,9 @@ groups so that each prefix can build.
   says nothing and is not counted. A rename (a deleted and an added file with the same content
   or name) is one group.
 - A code file changed on its own joins the group of a new module it starts importing, or of the
-  file whose deletion it follows; what is left joins the other lone files of its directory. A
-  manifest joins the group it changed with most, else the first.
+  file whose deletion it follows. Files that no messy commit tells apart (only a sweeping one
+  touched them) are grouped by directory. A manifest joins the group it changed with most, else
+  the first.
 - A test file changed in the same messy commits as some code goes with that code; otherwise the
   tests of one group's code come right after it, as their own commit. Documentation changed only
   alongside one group's code goes with it; the rest is one last commit.
@@ -147,8 +148,8 @@ def _attach_code(code: list[str], d: Derived, sets: _Sets) -> None:
                 if importer in code:
                     sets.union(p, importer)
                     break
-    by_dir: dict[str, str] = {}
-    for p in _lone([q for q in code if d.kinds[q] == "code"], sets):
+    by_dir: dict[str, str] = {}  # files no messy commit tells apart: by directory
+    for p in _lone([q for q in code if d.kinds[q] == "code" and not d.touch[q]], sets):
         directory = p.rsplit("/", 1)[0] if "/" in p else ""
         if directory in by_dir:
             sets.union(by_dir[directory], p)

@@ -26,11 +26,12 @@ def kind(path: str) -> str:
             or stem.endswith(("_test", "_spec")) or ".test." in name or ".spec." in name \
             or name == "conftest.py":
         return "test"
+    if name in CONFIG_NAMES or (name.startswith(("requirements", "constraints"))
+                                and name.endswith(".txt")):
+        return "config"
     if any(p in DOC_DIRS for p in parts[:-1]) or name.endswith(DOC_EXT) \
             or stem in DOC_NAMES:
         return "docs"
-    if name in CONFIG_NAMES or (name.startswith("requirements") and name.endswith(".txt")):
-        return "config"
     return "code"
 
 
