@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _repo(args: argparse.Namespace) -> Repo:
-    return find_repo(Path(args.repo) if args.repo else None, Path.cwd() / "(none)")
+    """--repo DIR, else the repository containing the current directory."""
+    if args.repo:
+        return find_repo(Path(args.repo), Path.cwd())
+    return Repo(Path.cwd())
 
 
 def choose(repo: Repo, source: str | None, remote: str | None, cleaned: str | None) -> Target:
