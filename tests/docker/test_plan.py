@@ -11,7 +11,7 @@ import pytest
 
 from retcon_sandbox.backends.docker import DockerEngine
 from tests.conftest import cli, git, llm_env
-from tests.fake_openai import FakeOpenAI, call
+from tests.fake_openai import FakeOpenAI, Step, call
 from tests.plan.fixtures import CALC, DEMO, NOTES, Fixture
 
 
@@ -42,7 +42,7 @@ def test_the_model_refines_the_draft_through_tools_in_a_container(engine: Docker
     git(repo, "commit", "--allow-empty", "-q", "-m", "feat: an empty start")
     git(repo, "commit", "--allow-empty", "-q", "-m", "fix: nothing at all")
     git(repo, "commit", "--allow-empty", "-q", "-m", "docs: none either")
-    script = [
+    script: list[Step] = [
         [call("read_file", path="calc/core.py"), call("list_files")],
         [call("propose_commit", message="refactor: move number parsing into calc/parser.py",
               paths=["calc/parser.py", "calc/core.py", "tests/test_parser.py"])],
