@@ -37,3 +37,10 @@ def test_commands_guessed_from_the_tree() -> None:
     assert python.build and python.test and "pytest" in python.test
     assert guess_commands(frozenset({"pkg/a.py"})).test is None
     assert guess_commands(frozenset({"README.md"})) == Commands()
+
+
+def test_a_header_holding_control_characters_stays_a_comment() -> None:
+    text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], Commands(),
+                     "model said: \x00 \r\x0b\x1b[31m red\u202e\nsecond")
+    assert parse(Path("spec.toml"), text).commits[0].paths == ("x",)
+    assert all(line.startswith("#") for line in text.splitlines()[:2])

@@ -16,6 +16,7 @@ import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from retcon_sandbox.backends.api import Sandbox
 from retcon_sandbox.backends.environments import Environments
@@ -55,6 +56,10 @@ class Target:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.check and (args.output or args.force or args.source or args.remote or args.cleaned
+                       or args.model):
+        raise UsageError("--check SPEC takes the branches from the spec and writes nothing",
+                         "Give --check alone (with --repo, --json), or plan without it.")
     # without -o the spec goes to stdout: the human lines go to stderr
     reporter = make_reporter(True) if args.json else \
         HumanReporter(sys.stdout if args.output or args.check else sys.stderr)
@@ -170,8 +175,8 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         how = (f"proposed by the model {model.model}, checked in code" if repairs.refused is None
                else f"deterministic (the model's proposal was refused: {repairs.refused})")
     if repo.branch_sha(b.cleaned):
-        _warn(reporter, out, args.json, f"the branch {b.cleaned!r} exists: execute will "
-              "continue it; give --cleaned NAME for a new one")
+        reporter.emit("warning", message=f"the branch {b.cleaned!r} exists: execute will "
+                      "continue it; give --cleaned NAME for a new one")
     header = (f"Draft history spec for {b.source}, made by `retcon-sandbox plan` from "
               f"{len(facts.commits)} messy commit(s)\n({how}).\n"
               "A draft: review the grouping, order and messages before `retcon-sandbox "
@@ -214,10 +219,6 @@ def _check_output(output: Path, force: bool) -> None:
                         "-o FILE.")
 
 
-def _warn(reporter: Reporter, out: object, as_json: bool, message: str) -> None:
-    reporter.emit("warning", message=message)  # the human reporter writes where `out` is
-
-
 # --- the model's refinement ------------------------------------------------------------------
 
 
@@ -238,7 +239,7 @@ def task_text(target: Target, facts: Facts, groups: list[Group]) -> str:
 
 
 def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[Group],
-           reporter: Reporter, out: object) -> tuple[list[Group], Repairs]:
+           reporter: Reporter, out: TextIO) -> tuple[list[Group], Repairs]:
     """The model's proposal, repaired so that every file is in exactly one commit; or, when it
     cannot be used, the draft (with `refused` saying why)."""
     from retcon_sandbox.model.tools import PLAN_TOOLS, GaveUp, Planned, Proposals, StepContext
@@ -258,7 +259,7 @@ def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[
     proposals = Proposals(facts.paths)
     if not args.json:
         print(f"  Asking the model ({agent.model.name}) to refine the draft; transcript: "
-              f"{transcript}", file=out)  # type: ignore[call-overload]
+              f"{transcript}", file=out)
     try:
         with contextlib.ExitStack() as stack:
             def open_box(tree: str) -> Sandbox:
@@ -273,15 +274,15 @@ def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[
         agent.transcript.close()
     reporter.emit("plan_model", tokens=usage.total, proposed=len(proposals.commits))
     if isinstance(outcome, GaveUp):
-        repairs = Repairs(refused=f"the model did not finish: {outcome.summary}")
-        _warn(reporter, out, args.json, f"the model's plan was not used ({repairs.refused}); "
+        repairs = Repairs(refused=f"the model did not finish: {outcome.summary[:200]}")
+        reporter.emit("warning", message=f"the model's plan was not used ({repairs.refused}); "
               "the draft is written instead")
         return groups, repairs
     commits = outcome.commits if isinstance(outcome, Planned) else tuple(proposals.commits)
     proposed = [Proposed(m, p, h) for m, p, h in commits]
     fixed, repairs = repair(proposed, groups, derive(facts))
     if repairs.refused:
-        _warn(reporter, out, args.json, f"the model's plan was not used ({repairs.refused}); "
+        reporter.emit("warning", message=f"the model's plan was not used ({repairs.refused}); "
               "the draft is written instead")
     elif repairs.any:
         detail = []
@@ -292,7 +293,7 @@ def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[
             detail.append(f"{len(repairs.repeated)} file(s) it named twice stay in the first")
         if repairs.unknown:
             detail.append(f"{len(repairs.unknown)} path(s) not in the diff were dropped")
-        _warn(reporter, out, args.json, "the model's plan was repaired: " + "; ".join(detail))
+        reporter.emit("warning", message="the model's plan was repaired: " + "; ".join(detail))
     return fixed, repairs
 
 

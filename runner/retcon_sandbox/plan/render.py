@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from retcon_sandbox.plan.draft import Group
 from retcon_sandbox.spec.tomltext import basic_string
+from retcon_sandbox.text import sanitize
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def toml_string(value: str) -> str:
 
 def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
               header: str) -> str:
-    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    lines = [f"# {line}" if line else "#" for line in sanitize(header).split("\n")]
     lines += [
         "# retcon-sandbox appends each commit's `history` as it works.",
         f"source = {basic_string(branches.source)}   # the messy branch (never modified)",
