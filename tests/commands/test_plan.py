@@ -149,3 +149,16 @@ def test_check_with_hints_only_says_the_model_covers_them(demo: Demo) -> None:
     result = cli("plan", "--check", str(spec), cwd=demo.path)
     assert result.code == 0, result.out + result.err
     assert "left to the hints-only commits #1 (the model decides)" in result.out
+
+
+def test_a_file_that_appears_while_planning_is_kept(tmp_path: Path) -> None:
+    from retcon_sandbox.commands.plan import write_new
+    from retcon_sandbox.errors import SpecError
+
+    target = tmp_path / "spec.toml"
+    write_new(target, b"first\n")
+    assert target.read_bytes() == b"first\n" and oct(target.stat().st_mode)[-3:] == "644"
+    with pytest.raises(SpecError, match="appeared while plan was working"):
+        write_new(target, b"second\n")
+    assert target.read_bytes() == b"first\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]

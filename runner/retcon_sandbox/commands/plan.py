@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -192,8 +194,10 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                            + ", ".join(sanitize_name(p) for p in group.paths[:4])
                            + (", …" if len(group.paths) > 4 else "") + ")"), file=out)
     if output is not None:
-        _check_output(output, args.force)  # again: it may have appeared meanwhile
-        atomic_write(output, text.encode("utf-8"))
+        if args.force:
+            atomic_write(output, text.encode("utf-8"))
+        else:
+            write_new(output, text.encode("utf-8"))
     reporter.emit("plan_written", path=str(output) if output else None, commits=len(groups),
                   files=len(facts.changes), **({} if output else {"spec": text}))
     if args.json:
@@ -206,6 +210,30 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         print(sanitize(f"\nDraft written: {output}\nNext: review it, then  retcon-sandbox "
                        f"execute {output}"))
     return EXIT_OK
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Write `path` whole, atomically, and only if it does not exist (a file that appeared since
+    the first check is kept): a temporary file beside it, fsynced, then linked into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise SpecError(f"{path} appeared while plan was working; it is kept",
+                            "Give --force to replace it, or another -o FILE.") from None
+    finally:
+        os.unlink(tmp)  # our own temporary name, never anything else
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _check_output(output: Path, force: bool) -> None:
