@@ -162,3 +162,30 @@ def test_a_file_that_appears_while_planning_is_kept(tmp_path: Path) -> None:
         write_new(target, b"second\n")
     assert target.read_bytes() == b"first\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
+
+
+ODD_NAMES = ["a[1].py", "a*.py", "q?.py", " lead.txt", "trail.txt ", "new\nline.py", "tab\t.md",
+             "esc\x1b[31m.py", "x.py"]
+
+
+def test_names_that_look_like_patterns_or_hold_controls_are_taken_exactly(tmp_path: Path
+                                                                         ) -> None:
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    repo = Repo.init(tmp_path / "r", "main")
+    repo.commit_files("main", {"base.txt": "base\n"}, "Initial")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    for i, name in enumerate(ODD_NAMES):
+        repo.commit_files("feature", {name: f"{i}\n"}, f"add file number {i} here")
+    result = cli("plan", "--source", "feature", "-o", "spec.toml", cwd=tmp_path / "r")
+    assert result.code == 0, result.err
+    assert "\x1b" not in result.out and "\\e[31m" in result.out  # escaped on the terminal
+    spec = tmp_path / "r" / "spec.toml"
+    doc = tomllib.loads(spec.read_text(encoding="utf-8"))
+    patterns = sorted(p for c in doc["commit"] for p in c["paths"])
+    assert patterns == sorted(["a?1].py", "a[*].py", "q[?].py", "?lead.txt", "trail.txt?",
+                               "new?line.py", "tab?.md", "esc??31m.py", "x.py"])
+    assert all("\x1b" not in c["message"] for c in doc["commit"])
+    check = cli("plan", "--check", str(spec), "--json", cwd=tmp_path / "r")
+    event = json.loads(check.out)
+    assert check.code == 0 and event["complete"] and not event["uncovered"], check.out

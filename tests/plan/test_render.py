@@ -44,3 +44,17 @@ def test_a_header_holding_control_characters_stays_a_comment() -> None:
                      "model said: \x00 \r\x0b\x1b[31m red\u202e\nsecond")
     assert parse(Path("spec.toml"), text).commits[0].paths == ("x",)
     assert all(line.startswith("#") for line in text.splitlines()[:2])
+
+
+def test_a_path_pattern_matches_its_own_name() -> None:
+    from retcon_sandbox.paths import Patterns, pattern
+    from retcon_sandbox.plan.render import path_pattern
+
+    names = ["a[1].py", "a*.py", "q?.py", " lead.txt", "trail.txt ", "new\nline.py", "x/y.py",
+             "d/[x]/*.md", "tab\t.md", "del\x7f"]
+    for name in names:
+        entry = path_pattern(name)
+        assert pattern(entry) == entry  # a valid `paths` entry, unchanged by normalisation
+        assert Patterns((entry,)).matches(name), (name, entry)
+    assert path_pattern("a*.py") == "a[*].py" and not Patterns(("a[*].py",)).matches("ab.py")
+    assert path_pattern("plain/name.py") == "plain/name.py"

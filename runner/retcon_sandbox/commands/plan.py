@@ -34,7 +34,7 @@ from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, 
 from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
 from retcon_sandbox.plan.draft import Group, derive, draft
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
-from retcon_sandbox.plan.render import Branches, guess_commands, spec_text
+from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.report import HumanReporter, Reporter, make_reporter
@@ -185,6 +185,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
               "execute`.\nEach [[commit]] lists `paths`, so no model is needed; drop `paths` "
               "from a commit\nto let a model extract it by its hints instead.")
     text = spec_text(b, groups, guess_commands(facts.source_files), header)
+    exact(facts.paths, groups)
     for number, group in enumerate(groups, 1):
         reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
                       paths=list(group.paths))
@@ -210,6 +211,19 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         print(sanitize(f"\nDraft written: {output}\nNext: review it, then  retcon-sandbox "
                        f"execute {output}"))
     return EXIT_OK
+
+
+def exact(paths: list[str], groups: list[Group]) -> None:
+    """The written `paths` take every changed file exactly once (a name's `?` could match
+    another name): otherwise stop, having written nothing."""
+    coverage = check(paths, [(n, tuple(path_pattern(p) for p in g.paths))
+                             for n, g in enumerate(groups, 1)])
+    if not coverage.complete or coverage.uncovered:
+        odd = list(coverage.twice) + list(coverage.uncovered)
+        raise GitError("these changed files cannot be named exactly in `paths` (their names "
+                       "hold characters a pattern cannot): "
+                       + ", ".join(sanitize_name(p) for p in odd[:10]),
+                       "Rename them on the source branch, or write those commits by hand.")
 
 
 def write_new(path: Path, data: bytes) -> None:

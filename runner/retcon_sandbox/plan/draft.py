@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from retcon_sandbox.plan.facts import Facts
 from retcon_sandbox.plan.kinds import imports, kind
+from retcon_sandbox.text import sanitize, sanitize_name
 
 JACCARD = 0.5
 SWEEP = 0.5  # a commit touching more than this share of a branch's files (of 7 or more) sweeps
@@ -320,6 +321,7 @@ def conventional(subjects: Iterable[str]) -> bool:
 
 
 def _useful(subject: str) -> str | None:
+    subject = sanitize(subject)
     text = _WIP.sub("", subject).strip()
     if CONVENTIONAL.match(subject):
         return subject.strip()
@@ -330,9 +332,11 @@ def _useful(subject: str) -> str | None:
 
 
 def _names(paths: list[str]) -> str:
-    if len(paths) <= 2:
-        return " and ".join(paths)
-    return f"{paths[0]}, {paths[1]} and {len(paths) - 2} more"
+    """Names for a message: a control character in a name is escaped, never written."""
+    shown = [sanitize_name(p) for p in paths]
+    if len(shown) <= 2:
+        return " and ".join(shown)
+    return f"{shown[0]}, {shown[1]} and {len(shown) - 2} more"
 
 
 def _kind_of_group(paths: list[str], d: Derived) -> str:
@@ -354,7 +358,7 @@ def _changes(paths: list[str], facts: Facts, d: Derived) -> str:
         for new in (p for p in shown if d.status[p] == "A" and p not in renamed):
             if blobs[new][1] == blobs[gone][0] or new.rsplit("/", 1)[-1] == \
                     gone.rsplit("/", 1)[-1]:
-                parts.append(f"rename {gone} to {new}")
+                parts.append(f"rename {_names([gone])} to {_names([new])}")
                 renamed |= {gone, new}
                 break
     for verb, status in (("add", "A"), ("remove", "D"), ("update", "M")):

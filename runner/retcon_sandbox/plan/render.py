@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from retcon_sandbox.paths import control_character
 from retcon_sandbox.plan.draft import Group
 from retcon_sandbox.spec.tomltext import basic_string
 from retcon_sandbox.text import sanitize
@@ -53,6 +54,24 @@ def toml_string(value: str) -> str:
     return basic_string(value)
 
 
+def path_pattern(path: str) -> str:
+    """A `paths` entry that matches `path` itself: glob characters are bracketed (`[*]`), and a
+    character a `paths` entry cannot hold as such (`[`, a control character, a space at either
+    end) is `?`, which matches any one character. So it may match another name too: the command
+    checks the written spec's coverage of the changed files before it writes it."""
+    out = []
+    for char in path:
+        if char in "*?":
+            out.append(f"[{char}]")
+        elif char == "[" or control_character(char):
+            out.append("?")
+        else:
+            out.append(char)
+    text = "".join(out)
+    lead, trail = len(text) - len(text.lstrip()), len(text) - len(text.rstrip())
+    return "?" * lead + text.strip() + "?" * trail if lead or trail else text
+
+
 def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
               header: str) -> str:
     lines = [f"# {line}" if line else "#" for line in sanitize(header).split("\n")]
@@ -73,6 +92,7 @@ def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
     for group in groups:
         lines += ["", "[[commit]]", f"message = {toml_string(group.message)}",
                   f"hints = {toml_string(group.hints)}",
-                  "paths = [" + ", ".join(basic_string(p) for p in group.paths) + "]",
+                  "paths = [" + ", ".join(basic_string(path_pattern(p)) for p in group.paths)
+                  + "]",
                   "history = []"]
     return "\n".join(lines) + "\n"
