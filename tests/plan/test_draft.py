@@ -129,3 +129,21 @@ def test_conventional_commits_when_the_log_uses_them() -> None:
     messages = [g.message for g in draft(f)]
     assert messages == ["feat: add src/a.py", "test: add tests for src/a.py",
                         "docs: update README.md"]
+
+
+def test_a_large_tangled_branch_is_planned_whole() -> None:
+    import random
+
+    rng = random.Random(1)
+    files = [f"pkg{i % 20}/mod{i}.py" for i in range(800)] + \
+        [f"tests/test_mod{i}.py" for i in range(200)] + [f"docs/d{i}.md" for i in range(50)]
+    texts = {f"tests/test_mod{i}.py": f"from pkg{i % 20}.mod{i} import x\n" for i in range(200)}
+    texts |= {f"pkg{i % 20}/mod{i}.py": f"from pkg{(i + 1) % 20}.mod{i + 1} import y\n"
+              for i in range(0, 800, 3)}
+    commits = [(f"commit {c}", rng.sample(files, rng.randint(1, 30))) for c in range(150)]
+    f = facts(dict.fromkeys(files, "A"), commits, texts=texts)
+    groups = draft(f)
+    assert sorted(p for g in groups for p in g.paths) == sorted(files)
+    where = {p: i for i, g in enumerate(groups) for p in g.paths}
+    d = derive(f)
+    assert all(where[q] <= where[p] for p in files for q in d.deps[p])  # each prefix can build

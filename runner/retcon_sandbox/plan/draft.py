@@ -21,6 +21,7 @@ in the repository's style (conventional commits when its log uses them).
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -79,6 +80,7 @@ class Derived:
     touch: dict[str, frozenset[int]]  # path -> indices of the messy commits that count
     deps: dict[str, set[str]]  # path -> changed paths it imports at source
     stops: dict[str, set[str]]  # deleted path -> changed paths that imported it at base
+    by_commit: dict[int, tuple[str, ...]]  # messy commit that counts -> the paths it touched
 
 
 def derive(facts: Facts) -> Derived:
@@ -103,8 +105,13 @@ def derive(facts: Facts) -> Derived:
             for d in imports(p, text, base_tree) & deleted:
                 if p not in deps or d not in deps[p]:
                     stops[d].add(p)
+    by_commit: dict[int, list[str]] = {}
+    for p in paths:
+        for i in sorted(touch[p]):
+            by_commit.setdefault(i, []).append(p)
     return Derived(paths, status, {p: kind(p) for p in paths},
-                   {p: frozenset(s) for p, s in touch.items()}, deps, stops)
+                   {p: frozenset(s) for p, s in touch.items()}, deps, stops,
+                   {i: tuple(ps) for i, ps in by_commit.items()})
 
 
 def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
@@ -124,10 +131,25 @@ def _renames(facts: Facts, sets: _Sets) -> None:
 
 
 def _by_cochange(files: list[str], d: Derived, sets: _Sets) -> None:
-    for i, a in enumerate(files):
-        for b in files[i + 1:]:
-            if _jaccard(d.touch[a], d.touch[b]) >= JACCARD:
-                sets.union(a, b)
+    """Union the files whose messy commits overlap enough; only pairs that share a commit are
+    compared, once per distinct set of commits."""
+    first: dict[frozenset[int], str] = {}
+    for p in files:
+        if d.touch[p]:
+            if d.touch[p] in first:
+                sets.union(first[d.touch[p]], p)
+            else:
+                first[d.touch[p]] = p
+    shown = set(first.values())
+    compared: set[tuple[str, str]] = set()
+    for touched in d.by_commit.values():
+        local = [p for p in touched if p in shown]
+        for i, a in enumerate(local):
+            for b in local[i + 1:]:
+                if (a, b) not in compared:
+                    compared.add((a, b))
+                    if _jaccard(d.touch[a], d.touch[b]) >= JACCARD:
+                        sets.union(a, b)
 
 
 def _lone(files: list[str], sets: _Sets) -> list[str]:
@@ -160,10 +182,12 @@ def _attach_code(code: list[str], d: Derived, sets: _Sets) -> None:
 
 def _overlap(p: str, candidates: list[str], d: Derived, sets: _Sets) -> str | None:
     """The group (of `candidates`' files) that shares most messy commits with `p`."""
+    allowed = set(candidates)
     counts: Counter[str] = Counter()
-    for q in candidates:
-        if sets.find(q) != sets.find(p):
-            counts[sets.find(q)] += len(d.touch[p] & d.touch[q])
+    for i in d.touch[p]:
+        for q in d.by_commit[i]:
+            if q in allowed and sets.find(q) != sets.find(p):
+                counts[sets.find(q)] += 1
     best = [g for g, n in counts.items() if n and n == max(counts.values())]
     return min(best, key=sets.order.__getitem__) if best else None
 
@@ -190,13 +214,21 @@ def order_groups(groups: list[list[str]], ranks: list[float], d: Derived) -> lis
     needs: dict[int, set[int]] = {c: set() for c in range(len(components))}
     for i, firsts in after.items():
         needs[comp_of[i]] |= {comp_of[j] for j in firsts if comp_of[j] != comp_of[i]}
+    waiting = {c: len(firsts) for c, firsts in needs.items()}
+    unblocks: dict[int, list[int]] = {c: [] for c in needs}
+    for c, firsts in needs.items():
+        for first in firsts:
+            unblocks[first].append(c)
+    ready = [(rank[c], c) for c, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
     done: list[int] = []
-    left = set(range(len(components)))
-    while left:
-        ready = [c for c in left if not needs[c] - set(done)]
-        chosen = min(ready, key=lambda c: (rank[c], c))
+    while ready:
+        _, chosen = heapq.heappop(ready)
         done.append(chosen)
-        left.discard(chosen)
+        for c in unblocks[chosen]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, (rank[c], c))
     return [merged[c] for c in done]
 
 
@@ -286,8 +318,8 @@ def group_files(facts: Facts) -> list[list[str]]:
     docs = [p for p in d.paths if d.kinds[p] == "docs" and p not in position]
     rest: list[str] = []
     for p in docs:
-        homes = {position[q] for q in d.paths if q in position and d.touch[p] & d.touch[q]}
-        only = all(any(q in position and i in d.touch[q] for q in d.paths) for i in d.touch[p])
+        homes = {position[q] for i in d.touch[p] for q in d.by_commit[i] if q in position}
+        only = all(any(q in position for q in d.by_commit[i]) for i in d.touch[p])
         if len(homes) == 1 and only and d.touch[p]:
             groups[homes.pop()].append(p)
         else:
@@ -351,7 +383,7 @@ def _kind_of_group(paths: list[str], d: Derived) -> str:
 def _changes(paths: list[str], facts: Facts, d: Derived) -> str:
     """`rename a to b; add c; update d`, leaving out the tests that come along."""
     shown = [p for p in paths if d.kinds[p] != "test"] or paths
-    blobs = {c.path: (c.old_blob, c.new_blob) for c in facts.changes}
+    blobs = {c.path: (c.old_blob, c.new_blob) for c in facts.changes if c.path in shown}
     parts: list[str] = []
     renamed: set[str] = set()
     for gone in (p for p in shown if d.status[p] == "D"):
