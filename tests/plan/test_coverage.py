@@ -78,3 +78,12 @@ def test_a_proposal_that_places_too_little_is_refused() -> None:
     assert repairs.refused and groups == DRAFT
     groups, repairs = repair([], DRAFT, derive(_facts()))
     assert repairs.refused == "the model proposed no commit" and groups == DRAFT
+
+
+def test_the_models_words_reach_the_spec_with_controls_escaped() -> None:
+    proposal = [Proposed("feat: x\x1b]52;c;aGk=\x07\n\nbody\u202e", tuple(_facts().paths),
+                         "hint\x00")]
+    groups, _ = repair(proposal, DRAFT, derive(_facts()))
+    assert "\x1b" not in groups[0].message and "\x07" not in groups[0].message
+    assert groups[0].message.startswith("feat: x\\e]52") and "\n\nbody" in groups[0].message
+    assert "\x00" not in groups[0].hints

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.plan.draft import Derived, Group, order_groups
+from retcon_sandbox.text import sanitize
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,8 @@ def repair(proposal: Sequence[Proposed], draft: Sequence[Group], d: Derived
         repairs.refused = (f"the proposal placed {len(seen)} of {len(changed)} changed files"
                            if proposal else "the model proposed no commit")
         return list(draft), repairs
-    messages = [g.message for g in proposal]
-    hints = [g.hints for g in proposal]
+    messages = [sanitize(g.message.strip()) for g in proposal]  # controls escaped, visibly
+    hints = [sanitize(g.hints.strip()) for g in proposal]
     extra: list[Group] = []
     for drafted in draft:
         missing = [p for p in drafted.paths if p not in seen]
