@@ -442,9 +442,11 @@ def message_for(paths: list[str], facts: Facts, d: Derived, style: bool,
             subject = subject[0].upper() + subject[1:]
     else:
         subject = describe(paths, facts, d, style, tested)
-    quoted = ", ".join(f"'{s}'" for s in dict.fromkeys(sources))
-    hints = (f"The {len(paths)} file(s) listed in paths, as on the source branch"
-             + (f"; they were changed in the messy commits {quoted}" if quoted else "") + ".")
+    quoted = ", ".join(f"'{sanitize(s)}'" for s in dict.fromkeys(sources))
+    listed = ", ".join(sanitize_name(p) for p in paths[:10]) + \
+        (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+    hints = (f"Take {listed} as on the source branch"
+             + (f" (changed in the messy commits {quoted})" if quoted else "") + ".")
     return subject, hints
 
 
