@@ -196,6 +196,31 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(command="verify")
 
 
+def _plan(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser(
+        "plan", help="draft a history spec from the messy branch (or --check one)",
+        description="Draft a history spec: group the branch's changes into logical commits, "
+        "ordered so each builds, from how files changed together (a model, if configured, "
+        "refines it through the sandboxed read-only file tools). --check SPEC says what a "
+        "spec's paths leave uncovered or cover twice (exit 4).")
+    p.add_argument("--source", metavar="BRANCH", help="the messy branch (default: the current)")
+    p.add_argument("--remote", metavar="BRANCH", help="what it merges into (default: its "
+                   "upstream, else main, else master)")
+    p.add_argument("--cleaned", metavar="BRANCH", help="the clean branch (default: "
+                   "<source>-clean)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the spec here (default: "
+                   "standard output)")
+    p.add_argument("--force", action="store_true", help="replace an existing -o FILE")
+    p.add_argument("--check", metavar="SPEC", help="check SPEC's coverage instead of planning")
+    _repo_option(p)
+    _model_options(p)
+    p.add_argument("--sandbox", choices=("docker", "local"), default="docker",
+                   help="where the model's file tools run; `local` isolates nothing (for tests "
+                   "only)")
+    p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")
+    p.set_defaults(command="plan")
+
+
 def _status(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("status", help="show each commit's state",
                        description="Show each commit's state, from the spec alone.")
@@ -263,6 +288,7 @@ def parser() -> _Parser:
     sub.required = True
     _execute(sub)
     _verify(sub)
+    _plan(sub)
     _status(sub)
     _simple(sub, "prompt", "print guidance for writing a spec, for a person or an agent")
     _clean(sub)

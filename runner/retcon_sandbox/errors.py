@@ -2,7 +2,8 @@
 event's field) and a readable message with a hint of what to do next.
 
 Exit codes: 0 success; 1 an error (bad input, configuration, or Docker, git or the model
-unavailable); 2 usage; 3 stuck (a human is needed); 130 interrupted.
+unavailable); 2 usage; 3 stuck (a human is needed); 4 `plan --check` found files
+uncovered or covered twice; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_STUCK = 3
+EXIT_UNCOVERED = 4  # `plan --check`: a spec leaves files uncovered or covers them twice
 EXIT_INTERRUPTED = 130
 
 

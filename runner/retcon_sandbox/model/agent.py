@@ -58,9 +58,10 @@ class Agent:
         self.limits = limits
 
     def run(self, ctx: StepContext, task: str, label: str,
-            offered: tuple[str, ...] = WORK_TOOLS) -> tuple[Outcome, Usage]:
+            offered: tuple[str, ...] = WORK_TOOLS, system: str = "system"
+            ) -> tuple[Outcome, Usage]:
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": prompt("system")},
+            {"role": "system", "content": prompt(system)},
             {"role": "user", "content": task},
         ]
         usage = Usage()

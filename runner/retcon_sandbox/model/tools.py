@@ -43,7 +43,14 @@ class Assigned:
     paths: dict[str, int]
 
 
-Outcome = Committed | GaveUp | NothingLeft | Assigned
+@dataclass(frozen=True)
+class Planned:
+    """A plan's commits, in order: (message, paths, hints) each."""
+
+    commits: tuple[tuple[str, tuple[str, ...], str], ...]
+
+
+Outcome = Committed | GaveUp | NothingLeft | Assigned | Planned
 
 
 class EmptyCommit(ToolFailure):
@@ -68,11 +75,46 @@ class Assignments:
         return f"{path} → commit {commit or 'none'} ({left} path(s) not assigned yet)"
 
 
+class Proposals:
+    """What the model may place in a plan step (the diff's files), and the commits it proposed.
+    A file is placed once: naming one again, or one not in the diff, is an error to correct."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = list(paths)
+        self.allowed = set(paths)
+        self.commits: list[tuple[str, tuple[str, ...], str]] = []
+        self.placed: dict[str, int] = {}
+
+    def propose(self, message: str, paths: list[str], hints: str) -> str:
+        message = message.strip()
+        if not message:
+            raise ToolFailure("message is empty: give the commit's message")
+        wanted = list(dict.fromkeys(paths))
+        unknown = [p for p in wanted if p not in self.allowed]
+        if unknown:
+            raise ToolFailure("not files of the diff (list them with read_diff): "
+                              + ", ".join(unknown[:10]))
+        again = [f"{p} (commit {self.placed[p]})" for p in wanted if p in self.placed]
+        if again:
+            raise ToolFailure("already placed, each file goes in exactly one commit: "
+                              + ", ".join(again[:10]) + "; propose this commit without them")
+        if not wanted:
+            raise ToolFailure("paths is empty: list the files this commit takes")
+        self.commits.append((message, tuple(wanted), hints.strip()))
+        for p in wanted:
+            self.placed[p] = len(self.commits)
+        left = [p for p in self.paths if p not in self.placed]
+        return (f"commit {len(self.commits)}: {len(wanted)} file(s); {len(left)} not placed yet"
+                + (": " + ", ".join(left[:40]) + (" …" if len(left) > 40 else "") if left
+                   else ". Call finish_plan."))
+
+
 @dataclass
 class StepContext:
     state: WorkState
     verifier: Verifier
     assignments: Assignments | None = None
+    proposals: Proposals | None = None
 
 
 # --- the handlers ----------------------------------------------------------------------------
@@ -140,13 +182,25 @@ def _finish_assignment(ctx: StepContext, a: dict[str, Any]) -> Outcome:
     return Assigned(dict(ctx.assignments.chosen))
 
 
+def _propose_commit(ctx: StepContext, a: dict[str, Any]) -> str:
+    if ctx.proposals is None:
+        raise ToolFailure("propose_commit is only offered in the plan step")
+    return ctx.proposals.propose(a["message"], a["paths"], a.get("hints") or "")
+
+
+def _finish_plan(ctx: StepContext, a: dict[str, Any]) -> Outcome:
+    if ctx.proposals is None:
+        raise ToolFailure("finish_plan is only offered in the plan step")
+    return Planned(tuple(ctx.proposals.commits))
+
+
 # --- the table ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # "string" | "integer"
+    kind: str  # "string" | "integer" | "array" (of strings)
     description: str
     required: bool = True
 
@@ -197,6 +251,15 @@ TOOLS: tuple[Tool, ...] = (
          _assign_path),
     Tool("finish_assignment", "Finish assigning; paths not assigned go into a final commit.",
          (), _finish_assignment),
+    Tool("propose_commit", "Propose the next commit of the plan, in order: its message and the "
+         "files it takes whole from the source branch. Each file of the diff goes in exactly "
+         "one commit.",
+         (Param("message", "string", "The commit message, in the repository's style"),
+          Param("paths", "array", "The files this commit takes, as read_diff names them"),
+          Param("hints", "string", "What belongs in this commit, for whoever extracts it",
+                False)), _propose_commit),
+    Tool("finish_plan", "Finish the plan; files not placed go back to the draft's commits.",
+         (), _finish_plan),
 )
 
 BY_NAME = {tool.name: tool for tool in TOOLS}
@@ -205,6 +268,7 @@ WORK_TOOLS = ("read_file", "write_file", "delete_file", "list_files", "read_diff
               "run_tests", "create_commit", "report_stuck")
 EXTRACT_TOOLS = (*WORK_TOOLS, "nothing_to_extract")
 ASSIGN_TOOLS = ("read_diff", "read_file", "list_files", "assign_path", "finish_assignment")
+PLAN_TOOLS = ("read_diff", "read_file", "list_files", "propose_commit", "finish_plan")
 
 
 class ArgumentError(Exception):
@@ -220,8 +284,7 @@ def openai_schema(names: tuple[str, ...]) -> list[dict[str, Any]]:
                 "description": tool.description,
                 "parameters": {
                     "type": "object",
-                    "properties": {p.name: {"type": p.kind, "description": p.description}
-                                   for p in tool.params},
+                    "properties": {p.name: _property(p) for p in tool.params},
                     "required": [p.name for p in tool.params if p.required],
                     "additionalProperties": False,
                 },
@@ -229,6 +292,12 @@ def openai_schema(names: tuple[str, ...]) -> list[dict[str, Any]]:
         }
         for tool in (BY_NAME[name] for name in names)
     ]
+
+
+def _property(param: Param) -> dict[str, Any]:
+    if param.kind == "array":
+        return {"type": "array", "items": {"type": "string"}, "description": param.description}
+    return {"type": param.kind, "description": param.description}
 
 
 def parse_call(name: str, raw: str, offered: tuple[str, ...]) -> tuple[Tool, dict[str, Any]]:
@@ -254,6 +323,9 @@ def parse_call(name: str, raw: str, offered: tuple[str, ...]) -> tuple[Tool, dic
             raise ArgumentError(f"{name}: {param.name!r} must be an integer")
         if param.kind == "string" and not isinstance(value, str):
             raise ArgumentError(f"{name}: {param.name!r} must be a string")
+        if param.kind == "array" and (not isinstance(value, list) or
+                                      not all(isinstance(v, str) for v in value)):
+            raise ArgumentError(f"{name}: {param.name!r} must be an array of strings")
     unknown = set(args) - {p.name for p in tool.params}
     if unknown:
         raise ArgumentError(f"{name} does not take {', '.join(sorted(unknown))[:200]}")

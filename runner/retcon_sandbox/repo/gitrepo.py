@@ -514,6 +514,53 @@ class Repo:
                         *revs)
         return [(line[:40], line[41:81], line[82:]) for line in out.split("\n") if line]
 
+    # -- planning: what `plan` reads (never files, never the working tree) -----------------
+
+    def current_branch(self) -> str | None:
+        """The branch HEAD names, or None when HEAD is detached."""
+        try:
+            ref = self._git("symbolic-ref", "--quiet", "HEAD")
+        except GitError:
+            return None
+        return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+
+    def upstream_of(self, branch: str) -> str | None:
+        """The short name of `branch`'s configured upstream (`origin/main`), if it has one."""
+        try:
+            name = self._git("rev-parse", "--verify", "--quiet", "--abbrev-ref",
+                             "--symbolic-full-name", "--end-of-options", f"{branch}@{{upstream}}")
+        except GitError:
+            return None
+        return name.splitlines()[-1] if name else None
+
+    def diff_entries(self, old: str, new: str) -> list[tuple[str, str, str | None, str | None]]:
+        """(path, status A/M/D, old blob, new blob) of each path that differs between two trees
+        or commits; a type or mode change counts as M."""
+        out = self._git("diff-tree", "-r", "-z", "--no-renames", old, new, strip=False)
+        fields = out.split("\0")
+        found: list[tuple[str, str, str | None, str | None]] = []
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            parts = meta.lstrip(":").split()
+            if len(parts) == 5:
+                status = parts[4][:1] if parts[4][:1] in "AD" else "M"
+                found.append((path, status, None if parts[2] == ZERO else parts[2],
+                              None if parts[3] == ZERO else parts[3]))
+        return found
+
+    def touched_paths(self, commit: str) -> list[str]:
+        """The paths a commit changed against its first parent (none for a merge's other
+        side, nothing for a root commit)."""
+        parent = self.parent_of(commit)
+        if parent is None:
+            return []
+        return [path for path, *_ in self.diff_entries(parent, commit)]
+
+    def subjects(self, rev: str, count: int) -> list[str]:
+        """The subjects of the last `count` commits reachable from `rev`, newest first."""
+        out = self._git("log", f"-n{count}", "--no-merges", "--format=%s", "--end-of-options",
+                        rev)
+        return [line for line in out.splitlines() if line]
+
 
 def _index_record(path: str, entry: TreeEntry | None) -> bytes:
     """One `update-index -z --index-info` record; the name's bytes exactly as git gave them."""

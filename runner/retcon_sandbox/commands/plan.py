@@ -1,0 +1,386 @@
+"""`retcon-sandbox plan`: draft the history spec from the messy branch, so `plan` then
+`execute` turn it into a clean one. `plan --check SPEC`: what a spec's `paths` leave uncovered
+or cover twice, before a run.
+
+The draft is deterministic (see `plan/draft.py`); with a model configured, the model reads the
+diff through the sandboxed, read-only file tools and proposes the commits and their messages,
+and code makes sure every changed file is in exactly one commit. Everything is read and checked
+before anything is written; the spec is written atomically, and never over an existing file
+without --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.commands.options import (
+    NO_ACCESS,
+    ModelOptions,
+    find_repo,
+    make_agent,
+    make_backend,
+)
+from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, UsageError
+from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
+from retcon_sandbox.plan.draft import Group, derive, draft
+from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
+from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
+from retcon_sandbox.repo import checks
+from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
+from retcon_sandbox.report import HumanReporter, Reporter, make_reporter
+from retcon_sandbox.spec.file import Spec, SpecFile, atomic_write
+from retcon_sandbox.spec.settings import DEFAULTS
+from retcon_sandbox.spec.statedir import StateDir
+from retcon_sandbox.text import sanitize, sanitize_name
+
+TEXT_LIMIT = 512 * 1024  # larger files are not read for imports
+CODE_SUFFIXES = (".py", ".rs", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs")
+LOG_SUBJECTS = 30
+
+
+@dataclass(frozen=True)
+class Target:
+    repo: Repo
+    branches: Branches
+    source: str  # resolved commits
+    remote: str
+    base: str
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.check and (args.output or args.force or args.source or args.remote or args.cleaned
+                       or args.model):
+        raise UsageError("--check SPEC takes the branches from the spec and writes nothing",
+                         "Give --check alone (with --repo, --json), or plan without it.")
+    # without -o the spec goes to stdout: the human lines go to stderr
+    reporter = make_reporter(True) if args.json else \
+        HumanReporter(sys.stdout if args.output or args.check else sys.stderr)
+    if args.check:
+        return check_spec(args, reporter)
+    return make_plan(args, reporter)
+
+
+# --- which branches ------------------------------------------------------------------------
+
+
+def _repo(args: argparse.Namespace) -> Repo:
+    """--repo DIR, else the repository containing the current directory."""
+    if args.repo:
+        return find_repo(Path(args.repo), Path.cwd())
+    return Repo(Path.cwd())
+
+
+def choose(repo: Repo, source: str | None, remote: str | None, cleaned: str | None) -> Target:
+    """Source: --source, else the current branch. Remote: --remote, else the source's upstream,
+    else `main`, else `master`. Cleaned: --cleaned, else `<source>-clean`."""
+    if source is None:
+        source = repo.current_branch()
+        if source is None:
+            raise UsageError("HEAD is detached, so there is no current branch to plan",
+                             "Give the messy branch: --source BRANCH.")
+    source_sha = repo.resolve(source)
+    if remote is None:
+        upstream = repo.upstream_of(source)
+        candidates = [upstream] if upstream else []
+        candidates += [name for name in ("main", "master") if repo.branch_sha(name)]
+        remote = next((c for c in candidates if repo.resolve(c) != source_sha), None)
+        if remote is None:
+            raise GitError(f"no branch to plan {source!r} against: it has no upstream, and "
+                           "neither main nor master exists (or they are the same commit)",
+                           "Give the branch it will merge into: --remote BRANCH.")
+    remote_sha = repo.resolve(remote)
+    if remote_sha == source_sha:
+        raise GitError(f"nothing to plan: {source} and {remote} are the same commit")
+    base = repo.merge_base(source_sha, remote_sha)
+    if cleaned is None:
+        full = repo.full_ref(source)
+        name = full.removeprefix("refs/heads/") if full.startswith("refs/heads/") else \
+            full.removeprefix("refs/remotes/").split("/", 1)[-1] if full else source
+        cleaned = f"{name}-clean"
+    problem = repo.branch_name_problem(cleaned)
+    if problem:
+        raise UsageError(f"--cleaned: {cleaned!r} is not a valid branch name ({problem})")
+    for ref in (source, remote):
+        if repo.full_ref(ref) == f"refs/heads/{cleaned}":
+            raise UsageError(f"--cleaned: {cleaned!r} is the branch {ref!r}; the cleaned branch "
+                             "is rewritten, so it must be another")
+    return Target(repo, Branches(source, remote, cleaned), source_sha, remote_sha, base)
+
+
+# --- what the planner reads ----------------------------------------------------------------
+
+
+def _text(repo: Repo, path: str, blob: str | None) -> str | None:
+    if blob is None or not path.endswith(CODE_SUFFIXES):
+        return None
+    data = repo.small_blob(blob, TEXT_LIMIT)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def read_facts(target: Target) -> Facts:
+    repo = target.repo
+    entries = repo.diff_entries(target.base, target.source)
+    if not entries:
+        raise GitError(f"nothing to plan: {target.branches.source} changes nothing against "
+                       f"{target.branches.remote} (their trees are the same)")
+    for path, *_ in entries:
+        refuse_dotgit(path)
+    changes = tuple(Change(path, status, old, new) for path, status, old, new in entries)
+    commits = tuple(MessyCommit(subject, tuple(repo.touched_paths(sha)))
+                    for sha, _tree, subject in repo.commits_in(target.source, target.base))
+    texts = {c.path: t for c in changes if (t := _text(repo, c.path, c.new_blob)) is not None}
+    base_texts = {c.path: t for c in changes if c.status != "A"
+                  and (t := _text(repo, c.path, c.old_blob)) is not None}
+    files = frozenset(repo.ls_tree(repo.tree_of(target.source)))
+    return Facts(changes, commits, files, texts, base_texts,
+                 tuple(repo.subjects(target.remote, LOG_SUBJECTS)))
+
+
+# --- plan ---------------------------------------------------------------------------------
+
+
+def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
+    repo = _repo(args)
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        _check_output(output, args.force)
+    target = choose(repo, args.source, args.remote, args.cleaned)
+    facts = read_facts(target)
+    out = sys.stdout if output is not None or args.json else sys.stderr
+    groups = draft(facts)
+    b = target.branches
+    reporter.emit("plan_start", source=b.source, remote=b.remote, cleaned=b.cleaned,
+                  base=target.base, files=len(facts.changes), messy_commits=len(facts.commits))
+    if not args.json:
+        print(sanitize(f"Planning {b.source} onto {b.remote} (merge-base {target.base[:7]}): "
+                       f"{len(facts.changes)} changed file(s) in {len(facts.commits)} messy "
+                       "commit(s)"), file=out)
+    model = ModelOptions(args.model, args.base_url, args.model_timeout).settings()
+    how = "deterministic: co-change, directories, imports and the messy messages"
+    if model is not None:
+        groups, repairs = refine(args, target, facts, groups, reporter, out)
+        how = (f"proposed by the model {model.model}, checked in code" if repairs.refused is None
+               else f"deterministic (the model's proposal was refused: {repairs.refused})")
+    if repo.branch_sha(b.cleaned):
+        reporter.emit("warning", message=f"the branch {b.cleaned!r} exists: execute will "
+                      "continue it; give --cleaned NAME for a new one")
+    header = (f"Draft history spec for {b.source}, made by `retcon-sandbox plan` from "
+              f"{len(facts.commits)} messy commit(s)\n({how}).\n"
+              "A draft: review the grouping, order and messages before `retcon-sandbox "
+              "execute`.\nEach [[commit]] lists `paths`, so no model is needed; drop `paths` "
+              "from a commit\nto let a model extract it by its hints instead.")
+    text = spec_text(b, groups, guess_commands(facts.source_files), header)
+    exact(facts.paths, groups)
+    for number, group in enumerate(groups, 1):
+        reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
+                      paths=list(group.paths))
+        if not args.json:
+            print(sanitize(f"  {number}. {group.message.splitlines()[0]}  "
+                           f"({len(group.paths)} file(s): "
+                           + ", ".join(sanitize_name(p) for p in group.paths[:4])
+                           + (", …" if len(group.paths) > 4 else "") + ")"), file=out)
+    if output is not None:
+        if args.force:
+            atomic_write(output, text.encode("utf-8"))
+        else:
+            write_new(output, text.encode("utf-8"))
+    reporter.emit("plan_written", path=str(output) if output else None, commits=len(groups),
+                  files=len(facts.changes), **({} if output else {"spec": text}))
+    if args.json:
+        return EXIT_OK
+    if output is None:
+        sys.stdout.write(text)
+        print("\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
+              "spec.toml", file=sys.stderr)
+    else:
+        print(sanitize(f"\nDraft written: {output}\nNext: review it, then  retcon-sandbox "
+                       f"execute {output}"))
+    return EXIT_OK
+
+
+def exact(paths: list[str], groups: list[Group]) -> None:
+    """The written `paths` take every changed file exactly once (a name's `?` could match
+    another name): otherwise stop, having written nothing."""
+    coverage = check(paths, [(n, tuple(path_pattern(p) for p in g.paths))
+                             for n, g in enumerate(groups, 1)])
+    if not coverage.complete or coverage.uncovered:
+        odd = list(coverage.twice) + list(coverage.uncovered)
+        raise GitError("these changed files cannot be named exactly in `paths` (their names "
+                       "hold characters a pattern cannot): "
+                       + ", ".join(sanitize_name(p) for p in odd[:10]),
+                       "Rename them on the source branch, or write those commits by hand.")
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Write `path` whole, atomically, and only if it does not exist (a file that appeared since
+    the first check is kept): a temporary file beside it, fsynced, then linked into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise SpecError(f"{path} appeared while plan was working; it is kept",
+                            "Give --force to replace it, or another -o FILE.") from None
+    finally:
+        os.unlink(tmp)  # our own temporary name, never anything else
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _check_output(output: Path, force: bool) -> None:
+    if (output.exists() or output.is_symlink()) and not force:
+        raise SpecError(f"{output} exists; plan does not overwrite it",
+                        "Give --force to replace it, or another -o FILE.")
+    if output.is_dir():
+        raise SpecError(f"{output} is a directory", "Give -o a file name.")
+    if not output.parent.is_dir():
+        raise SpecError(f"{output.parent} is not a directory", "Create it, or give another "
+                        "-o FILE.")
+
+
+# --- the model's refinement ------------------------------------------------------------------
+
+
+def task_text(target: Target, facts: Facts, groups: list[Group]) -> str:
+    status = {c.path: c.status for c in facts.changes}
+    lines = [f"Source branch: {target.branches.source}; it merges into "
+             f"{target.branches.remote}.", "", "Changed files:"]
+    lines += [f"  {status[p]} {p}" for p in facts.paths]
+    lines += ["", "Messy commits, oldest first:"]
+    lines += [f"  {i}. {c.subject}: " + ", ".join(c.paths[:20]) for i, c in
+              enumerate(facts.commits, 1)]
+    lines += ["", f"Recent subjects of {target.branches.remote}:"]
+    lines += [f"  {s}" for s in facts.log_subjects[:15]] or ["  (none)"]
+    lines += ["", "Draft plan:"]
+    for i, group in enumerate(groups, 1):
+        lines.append(f"  {i}. {group.message.splitlines()[0]}: " + ", ".join(group.paths))
+    return "\n".join(lines)
+
+
+def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[Group],
+           reporter: Reporter, out: TextIO) -> tuple[list[Group], Repairs]:
+    """The model's proposal, repaired so that every file is in exactly one commit; or, when it
+    cannot be used, the draft (with `refused` saying why)."""
+    from retcon_sandbox.model.tools import PLAN_TOOLS, GaveUp, Planned, Proposals, StepContext
+    from retcon_sandbox.verify.stages import Commands, Verifier
+
+    repo = target.repo
+    state_dir = StateDir(repo.common_dir())
+    label = state_dir.root / f"plan-{target.branches.source.replace('/', '-')}"
+    transcript = state_dir.transcript_path(label)
+    holder = Spec(label, "", "", "", DEFAULTS)
+    backend = make_backend(args.sandbox, holder, DEFAULTS, NO_ACCESS)
+    agent = make_agent(ModelOptions(args.model, args.base_url, args.model_timeout).settings(),
+                       transcript, reporter)
+    assert agent is not None
+    envs = Environments(repo, backend, DEFAULTS, NO_ACCESS.setup, reporter, target.source)
+    verifier = Verifier(Commands(None, None, DEFAULTS.timeout), reporter)
+    proposals = Proposals(facts.paths)
+    if not args.json:
+        print(f"  Asking the model ({agent.model.name}) to refine the draft; transcript: "
+              f"{transcript}", file=out)
+    try:
+        with contextlib.ExitStack() as stack:
+            def open_box(tree: str) -> Sandbox:
+                return stack.enter_context(envs.sandbox("plan", tree)).box
+
+            state = WorkState(repo, open_box, repo.tree_of(target.base), target.source,
+                              DEFAULTS.max_file_size)
+            ctx = StepContext(state, verifier, proposals=proposals)
+            outcome, usage = agent.run(ctx, task_text(target, facts, groups), "plan",
+                                       PLAN_TOOLS, system="plan")
+    finally:
+        agent.transcript.close()
+    reporter.emit("plan_model", tokens=usage.total, proposed=len(proposals.commits))
+    if isinstance(outcome, GaveUp):
+        repairs = Repairs(refused=f"the model did not finish: {outcome.summary[:200]}")
+        reporter.emit("warning", message=f"the model's plan was not used ({repairs.refused}); "
+              "the draft is written instead")
+        return groups, repairs
+    commits = outcome.commits if isinstance(outcome, Planned) else tuple(proposals.commits)
+    proposed = [Proposed(m, p, h) for m, p, h in commits]
+    fixed, repairs = repair(proposed, groups, derive(facts))
+    if repairs.refused:
+        reporter.emit("warning", message=f"the model's plan was not used ({repairs.refused}); "
+              "the draft is written instead")
+    elif repairs.any:
+        detail = []
+        if repairs.missed:
+            detail.append(f"{len(repairs.missed)} file(s) it left out went back to their draft "
+                          "commit")
+        if repairs.repeated:
+            detail.append(f"{len(repairs.repeated)} file(s) it named twice stay in the first")
+        if repairs.unknown:
+            detail.append(f"{len(repairs.unknown)} path(s) not in the diff were dropped")
+        reporter.emit("warning", message="the model's plan was repaired: " + "; ".join(detail))
+    return fixed, repairs
+
+
+# --- check --------------------------------------------------------------------------------
+
+
+def check_spec(args: argparse.Namespace, reporter: Reporter) -> int:
+    specfile = SpecFile(Path(args.check))
+    spec = specfile.load()
+    repo = find_repo(Path(args.repo) if args.repo else None, specfile.real)
+    revs = checks.revisions(repo, spec)
+    paths = repo.changed_paths(revs.base, revs.source)
+    coverage = check(paths, [(c.number, c.paths) for c in spec.commits])
+    reporter.emit("plan_check", spec=str(args.check), files=len(paths),
+                  complete=coverage.complete, uncovered=list(coverage.uncovered),
+                  twice={p: list(n) for p, n in coverage.twice.items()},
+                  unmatched={str(n): list(items) for n, items in coverage.unmatched.items()},
+                  by_model=list(coverage.by_model))
+    if not args.json:
+        print(sanitize(describe(args.check, len(paths), coverage)))
+    return EXIT_OK if coverage.complete else EXIT_UNCOVERED
+
+
+def describe(name: str, files: int, coverage: Coverage) -> str:
+    lines = [f"{name}: {files} changed file(s)"]
+    if coverage.twice:
+        lines.append(f"  ✗ {len(coverage.twice)} file(s) in the `paths` of two or more commits:")
+        lines += [f"      {sanitize_name(p)}: #" + ", #".join(map(str, n))
+                  for p, n in coverage.twice.items()]
+    for number, items in coverage.unmatched.items():
+        lines.append(f"  ✗ #{number}: paths match no changed file: "
+                     + ", ".join(sanitize_name(i) for i in items))
+    if coverage.uncovered:
+        if coverage.by_model:
+            lines.append(f"  · {len(coverage.uncovered)} file(s) in no commit's `paths`, left "
+                         "to the hints-only commits #" + ", #".join(map(str, coverage.by_model))
+                         + " (the model decides):")
+        else:
+            lines.append(f"  ✗ {len(coverage.uncovered)} file(s) in no commit's `paths` (a run "
+                         "puts them in a catch-all commit at the end):")
+        lines += [f"      {sanitize_name(p)}" for p in coverage.uncovered]
+    elif coverage.by_model:
+        lines.append("  · hints-only commits #" + ", #".join(map(str, coverage.by_model))
+                     + " are covered by the model")
+    lines.append("  ✓ every changed file is in exactly one commit" if coverage.complete
+                 else "  Not fully covered: add the files to a commit's `paths`, or remove "
+                 "them from all but one.")
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""`retcon-sandbox plan` through the real command line, on real repositories (no model, no
+Docker: the deterministic draft and --check)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from retcon_sandbox.errors import EXIT_UNCOVERED
+from retcon_sandbox.plan.score import score
+from tests.conftest import Demo, cli, git
+from tests.plan.fixtures import ALL, CALC, Fixture
+
+
+def plan_groups(spec: Path) -> list[list[str]]:
+    doc = tomllib.loads(spec.read_text(encoding="utf-8"))
+    return [list(c["paths"]) for c in doc["commit"]]
+
+
+def test_plan_then_check_on_the_demo(demo: Demo) -> None:
+    out = demo.path / "draft.toml"
+    result = cli("plan", "--source", "feature", "-o", str(out), cwd=demo.path)
+    assert result.code == 0, result.err
+    assert "Draft written" in result.out
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Draft history spec for feature")
+    doc = tomllib.loads(text)
+    assert (doc["source"], doc["remote"], doc["cleaned"]) == ("feature", "main", "feature-clean")
+    assert all(c["history"] == [] and c["message"] and c["hints"] for c in doc["commit"])
+    assert score(plan_groups(out), ALL[0].gold_groups).ari == 1.0
+    check = cli("plan", "--check", str(out), cwd=demo.path)
+    assert check.code == 0, check.out + check.err
+    assert "exactly one commit" in check.out
+
+
+@pytest.mark.parametrize("fixture", ALL[1:], ids=lambda f: f.name)
+def test_every_changed_file_is_in_exactly_one_commit(fixture: Fixture, tmp_path: Path) -> None:
+    repo = tmp_path / fixture.name
+    fixture.create(repo)
+    result = cli("plan", "--source", "feature", "-o", "spec.toml", cwd=repo)
+    assert result.code == 0, result.err
+    placed = [p for group in plan_groups(repo / "spec.toml") for p in group]
+    changed = git(repo, "diff", "--no-renames", "--name-only", "main", "feature").splitlines()
+    assert sorted(placed) == sorted(changed)
+    assert cli("plan", "--check", "spec.toml", cwd=repo).code == 0
+
+
+def test_without_output_the_spec_goes_to_stdout_and_the_rest_to_stderr(demo: Demo) -> None:
+    demo.git("checkout", "-q", "feature")
+    result = cli("plan", cwd=demo.path)  # source: the current branch; remote: main
+    assert result.code == 0, result.err
+    assert tomllib.loads(result.out)["source"] == "feature"
+    assert "Planning feature onto main" in result.err
+
+
+def test_json_events(demo: Demo) -> None:
+    result = cli("plan", "--source", "feature", "--json", cwd=demo.path)
+    events = [json.loads(line) for line in result.out.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "plan_start" and kinds[-1] == "plan_written"
+    assert kinds.count("plan_commit") == 4
+    assert tomllib.loads(events[-1]["spec"])["cleaned"] == "feature-clean"
+
+
+def test_an_existing_output_is_kept_unless_forced(demo: Demo) -> None:
+    out = demo.path / "mine.toml"
+    out.write_text("# my own spec\n")
+    result = cli("plan", "--source", "feature", "-o", str(out), cwd=demo.path)
+    assert result.code == 1 and "--force" in result.err
+    assert out.read_text() == "# my own spec\n"
+    assert cli("plan", "--source", "feature", "-o", str(out), "--force", cwd=demo.path).code == 0
+    assert out.read_text().startswith("# Draft")
+    assert [p.name for p in demo.path.iterdir() if p.name.startswith(".mine")] == []
+
+
+def test_the_remote_defaults_to_the_upstream_then_main_then_master(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    CALC.create(repo)
+    git(repo, "branch", "-m", "main", "master")
+    result = cli("plan", "--source", "feature", cwd=repo)
+    assert result.code == 0, result.err
+    assert tomllib.loads(result.out)["remote"] == "master"
+    git(repo, "branch", "base", "master")
+    git(repo, "branch", "--set-upstream-to=base", "feature")
+    result = cli("plan", "--source", "feature", "--cleaned", "tidy", cwd=repo)
+    doc = tomllib.loads(result.out)
+    assert (doc["remote"], doc["cleaned"]) == ("base", "tidy")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--source", "nope"], "unknown revision 'nope'"),
+    (["--source", "feature", "--remote", "feature"], "same commit"),
+    (["--source", "main", "--remote", "orphan"], "share no history"),
+    (["--source", "same", "--remote", "main"], "changes nothing"),
+    (["--source", "feature", "--cleaned", "a..b"], "not a valid branch name"),
+    (["--source", "feature", "--cleaned", "main"], "rewritten"),
+])
+def test_bad_input_is_an_error_and_nothing_is_written(demo: Demo, args: list[str],
+                                                      message: str) -> None:
+    empty = git(demo.path, "mktree")  # an orphan commit, and a branch with main's tree
+    orphan = git(demo.path, "commit-tree", empty, "-m", "orphan")
+    git(demo.path, "branch", "orphan", orphan)
+    same = git(demo.path, "commit-tree", git(demo.path, "rev-parse", "main^{tree}"), "-p",
+               "main", "-m", "nothing")
+    git(demo.path, "branch", "same", same)
+    out = demo.path / "out.toml"
+    result = cli("plan", *args, "-o", str(out), "--json", cwd=demo.path)
+    assert result.code in (1, 2), result.err
+    assert message in result.err
+    assert json.loads(result.out.splitlines()[-1])["event"] == "error"
+    assert not out.exists()
+
+
+def test_outside_a_repository_and_with_a_detached_head(demo: Demo, tmp_path: Path) -> None:
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    result = cli("plan", cwd=nowhere)
+    assert result.code == 1 and "not inside a git repository" in result.err
+    demo.git("checkout", "-q", "--detach", "feature")
+    result = cli("plan", cwd=demo.path)
+    assert result.code == 2 and "--source" in result.err
+
+
+def test_check_names_what_is_uncovered_or_covered_twice(demo: Demo) -> None:
+    spec = demo.path / "partial.toml"
+    spec.write_text('source = "feature"\nremote = "main"\ncleaned = "c"\n\n'
+                    '[[commit]]\nmessage = "a"\npaths = ["shop", "README.md"]\n\n'
+                    '[[commit]]\nmessage = "b"\npaths = ["shop/discounts.py"]\n')
+    result = cli("plan", "--check", str(spec), cwd=demo.path)
+    assert result.code == EXIT_UNCOVERED
+    assert "shop/discounts.py: #1, #2" in result.out
+    assert "tests/test_discounts.py" in result.out and "docs/discounts.md" in result.out
+    result = cli("plan", "--check", str(spec), "--json", cwd=demo.path)
+    event = json.loads(result.out)
+    assert event["event"] == "plan_check" and not event["complete"]
+    assert event["twice"] == {"shop/discounts.py": [1, 2]}
+    spec.write_text(spec.read_text() + '\n[[commit]]\nmessage = "rest"\nhints = "the rest"\n')
+    result = cli("plan", "--check", str(spec), "--json", cwd=demo.path)
+    assert json.loads(result.out)["by_model"] == [3]
+
+
+def test_check_with_hints_only_says_the_model_covers_them(demo: Demo) -> None:
+    spec = demo.path / "hints.toml"
+    spec.write_text('source = "feature"\nremote = "main"\ncleaned = "c"\n\n'
+                    '[[commit]]\nmessage = "a"\nhints = "everything"\n')
+    result = cli("plan", "--check", str(spec), cwd=demo.path)
+    assert result.code == 0, result.out + result.err
+    assert "left to the hints-only commits #1 (the model decides)" in result.out
+
+
+def test_a_file_that_appears_while_planning_is_kept(tmp_path: Path) -> None:
+    from retcon_sandbox.commands.plan import write_new
+    from retcon_sandbox.errors import SpecError
+
+    target = tmp_path / "spec.toml"
+    write_new(target, b"first\n")
+    assert target.read_bytes() == b"first\n" and oct(target.stat().st_mode)[-3:] == "644"
+    with pytest.raises(SpecError, match="appeared while plan was working"):
+        write_new(target, b"second\n")
+    assert target.read_bytes() == b"first\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
+
+
+ODD_NAMES = ["a[1].py", "a*.py", "q?.py", " lead.txt", "trail.txt ", "new\nline.py", "tab\t.md",
+             "esc\x1b[31m.py", "x.py"]
+
+
+def test_names_that_look_like_patterns_or_hold_controls_are_taken_exactly(tmp_path: Path
+                                                                         ) -> None:
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    repo = Repo.init(tmp_path / "r", "main")
+    repo.commit_files("main", {"base.txt": "base\n"}, "Initial")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    for i, name in enumerate(ODD_NAMES):
+        repo.commit_files("feature", {name: f"{i}\n"}, f"add file number {i} here")
+    result = cli("plan", "--source", "feature", "-o", "spec.toml", cwd=tmp_path / "r")
+    assert result.code == 0, result.err
+    assert "\x1b" not in result.out and "\\e[31m" in result.out  # escaped on the terminal
+    spec = tmp_path / "r" / "spec.toml"
+    doc = tomllib.loads(spec.read_text(encoding="utf-8"))
+    patterns = sorted(p for c in doc["commit"] for p in c["paths"])
+    assert patterns == sorted(["a?1].py", "a[*].py", "q[?].py", "?lead.txt", "trail.txt?",
+                               "new?line.py", "tab?.md", "esc??31m.py", "x.py"])
+    assert all("\x1b" not in c["message"] for c in doc["commit"])
+    check = cli("plan", "--check", str(spec), "--json", cwd=tmp_path / "r")
+    event = json.loads(check.out)
+    assert check.code == 0 and event["complete"] and not event["uncovered"], check.out

@@ -1,0 +1,60 @@
+"""The drafted spec reads back as the spec it describes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from retcon_sandbox.plan.draft import Group
+from retcon_sandbox.plan.render import Branches, Commands, guess_commands, spec_text
+from retcon_sandbox.spec.file import parse
+
+ODD = ['plain', 'two\nlines', "quote ''' inside\nand more", 'ends with quote\'\nx',
+       'back\\slash "q"\nz', "control \x1b char\nq", "tab\tthere"]
+
+
+def test_the_text_parses_to_the_groups_with_an_empty_history() -> None:
+    groups = [Group((f"f{i}.py", 'we"ird name.py' if i == 0 else f"g{i}.py"), message,
+                    f"hint {message}", "code") for i, message in enumerate(ODD)]
+    text = spec_text(Branches("feat/x", "main", "feat/x-clean"), groups,
+                     Commands("make", None, "retcon-sandbox/rust", "Cargo.toml"),
+                     "A draft.\nSecond line.")
+    assert text.startswith("# A draft.\n# Second line.\n")
+    spec = parse(Path("spec.toml"), text)
+    assert (spec.source, spec.remote, spec.cleaned) == ("feat/x", "main", "feat/x-clean")
+    assert spec.sandbox.build == "make" and spec.sandbox.test is None
+    assert spec.sandbox.image == "retcon-sandbox/rust"
+    assert [c.message for c in spec.commits] == ODD
+    assert [c.paths for c in spec.commits] == [g.paths for g in groups]
+    assert all(c.history == () for c in spec.commits)
+    assert text.count("history = []") == len(ODD)
+
+
+def test_commands_guessed_from_the_tree() -> None:
+    assert guess_commands(frozenset({"Cargo.toml", "src/lib.rs"})).test == \
+        "cargo test --offline"
+    assert guess_commands(frozenset({"package.json"})).test == "npm test"
+    python = guess_commands(frozenset({"pkg/a.py", "tests/test_a.py"}))
+    assert python.build and python.test and "pytest" in python.test
+    assert guess_commands(frozenset({"pkg/a.py"})).test is None
+    assert guess_commands(frozenset({"README.md"})) == Commands()
+
+
+def test_a_header_holding_control_characters_stays_a_comment() -> None:
+    text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], Commands(),
+                     "model said: \x00 \r\x0b\x1b[31m red\u202e\nsecond")
+    assert parse(Path("spec.toml"), text).commits[0].paths == ("x",)
+    assert all(line.startswith("#") for line in text.splitlines()[:2])
+
+
+def test_a_path_pattern_matches_its_own_name() -> None:
+    from retcon_sandbox.paths import Patterns, pattern
+    from retcon_sandbox.plan.render import path_pattern
+
+    names = ["a[1].py", "a*.py", "q?.py", " lead.txt", "trail.txt ", "new\nline.py", "x/y.py",
+             "d/[x]/*.md", "tab\t.md", "del\x7f"]
+    for name in names:
+        entry = path_pattern(name)
+        assert pattern(entry) == entry  # a valid `paths` entry, unchanged by normalisation
+        assert Patterns((entry,)).matches(name), (name, entry)
+    assert path_pattern("a*.py") == "a[*].py" and not Patterns(("a[*].py",)).matches("ab.py")
+    assert path_pattern("plain/name.py") == "plain/name.py"
