@@ -49,7 +49,7 @@ def test_the_wheel_holds_one_package_and_its_data(wheel: Path) -> None:
                                                  f"retcon_sandbox-{__version__}.dist-info"}
     for data in ("retcon_sandbox/dockerfiles/base/Dockerfile",
                  "retcon_sandbox/dockerfiles/node/Dockerfile", "retcon_sandbox/sandbox/helper.py",
-                 "retcon_sandbox/prompts/system.md", "retcon_sandbox/py.typed"):
+                 "retcon_sandbox/model/prompts/system.md", "retcon_sandbox/py.typed"):
         assert data in names, data
 
 
