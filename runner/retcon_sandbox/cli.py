@@ -158,6 +158,11 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
     _cache_options(p, "verify")
     p.add_argument("--json", action="store_true",
                    help="one JSON event per commit, then a summary, on stdout")
+    p.add_argument("--format", choices=("table", "github"), default="table",
+                   help="`github`: the table, then a GitHub Actions error annotation for each "
+                   "failing commit (the run's own output is never read as a workflow command)")
+    p.add_argument("--junit", metavar="FILE",
+                   help="also write a JUnit XML report: one test case per commit")
     p.set_defaults(command="verify")
 
 

@@ -29,6 +29,7 @@ from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import REF, Cache, Outcome
+from retcon_sandbox.verify.ci import Outputs
 from retcon_sandbox.verify.pool import Item, Pool, default_jobs
 from retcon_sandbox.verify.stages import Commands, Verifier
 from retcon_sandbox.verify.table import (
@@ -54,6 +55,25 @@ class Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    outputs = ci_outputs(args)
+    with outputs.guard(sys.stdout):
+        return verify(args, outputs)
+
+
+def ci_outputs(args: argparse.Namespace) -> Outputs:
+    """--junit FILE and --format github, checked before anything runs."""
+    github = args.format == "github"
+    if github and args.json:
+        raise UsageError("--format github and --json both write to standard output",
+                         "Choose one; --junit FILE works with either.")
+    junit = Path(args.junit) if args.junit else None
+    if junit is not None and (junit.is_dir() or not junit.parent.is_dir()):
+        raise UsageError(f"--junit {args.junit}: not a file in an existing directory",
+                         "Give the path of the report to write, e.g. --junit junit.xml.")
+    return Outputs(junit, github)
+
+
+def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     started = time.monotonic()
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
     access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
@@ -108,7 +128,10 @@ def run(args: argparse.Namespace) -> int:
     if verifier.cache is not None and verifier.cache.problem:
         reporter.emit("warning", message="results were not cached: "
                       + verifier.cache.problem)
-    return display.end(time.monotonic() - started)
+    seconds = time.monotonic() - started
+    code = display.end(seconds)
+    outputs.finish(plan.label, plan.rows, seconds)
+    return code
 
 
 # --- what to verify ------------------------------------------------------------------------
