@@ -80,6 +80,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "spec": lambda d: (f"Loading spec: {d['path']}\n  Source: {d['source']}\n"
                        f"  Remote: {d['remote']}\n  Cleaned: {d['cleaned']}\n"
                        f"  Sandbox: {d['sandbox']}"
+                       + (f"\n  Engine: {d['engine']}" if d.get("engine") else "")
                        + (f"\n  Transcript: {d['transcript']}" if d.get("transcript") else "")),
     "override": lambda d: (f"  Override for this run: {d['key']} = {d['value']!r}"
                            + (f" (the spec says {d['spec']!r})" if d.get("spec") else "")),

@@ -25,7 +25,9 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "remainder", "assigning", "squashed", "tree_check", "summary", "error",
               "model_retry", "squash_verify", "verify_start", "verify_summary",
               # a prepared environment serves every commit (and tree) with the same inputs
-              "setup", "setup_command", "setup_output", "setup_ready"}
+              "setup", "setup_command", "setup_output", "setup_ready",
+              # the commands beside execute and verify: about images, containers, the demo
+              "image", "image_built", "image_bootstrapped", "images_pruned", "clean", "demo"}
 
 
 def events(result: Result) -> list[dict[str, Any]]:
@@ -312,7 +314,7 @@ def test_status_exits_3_when_stuck_and_indents_multi_line_text(tmp_path: Path) -
 
 COMMANDS = [(), ("execute",), ("reconstruct",), ("status",), ("prompt",), ("clean",), ("demo",),
             ("images",), ("images", "build"), ("images", "bootstrap"), ("images", "list"),
-            ("images", "prune"), ("version",)]
+            ("images", "prune"), ("images", "tag"), ("version",)]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "top" for c in COMMANDS])

@@ -27,7 +27,7 @@ import docker
 import docker.errors
 import docker.types
 
-from retcon_sandbox.backends import liveness
+from retcon_sandbox.backends import engines, liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
     LINE_CAP,
@@ -72,12 +72,14 @@ class DockerEngine:
     """A connection to the engine at DOCKER_HOST (or the default socket)."""
 
     def __init__(self) -> None:
+        self.endpoint = engines.select()
         try:
-            self.client = docker.from_env(timeout=120)
+            self.client = docker.from_env(timeout=120, environment=self.endpoint.environment)
             self.client.ping()
+            engines.refuse_unsupported(self.endpoint, self.client.version())
         except docker.errors.DockerException as exc:
             raise SandboxError(
-                f"no Docker engine answers: {_first_line(exc)}",
+                f"no Docker engine answers at {self.endpoint.describe()}: {_first_line(exc)}",
                 "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
                 "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.",
             ) from None

@@ -20,7 +20,12 @@ from typing import TextIO
 
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments
-from retcon_sandbox.commands.options import find_repo, make_backend, sandbox_settings
+from retcon_sandbox.commands.options import (
+    engine_in_use,
+    find_repo,
+    make_backend,
+    sandbox_settings,
+)
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter
@@ -97,14 +102,16 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
                         environment)
     jobs = args.jobs or default_jobs()
+    engine = engine_in_use(args.sandbox)
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
-                  sandbox=backend.describe(), environment=environment, cache=REF,
+                  sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache))
     display = make_display(args.json, reporter, plan, commands)
     if not args.json:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
                        f"  Sandbox: {backend.describe()}\n"
-                       f"  Cache: {REF} ({'not read: --no-cache' if args.no_cache else 'read'}"
+                       + (f"  Engine: {engine}\n" if engine else "")
+                       + f"  Cache: {REF} ({'not read: --no-cache' if args.no_cache else 'read'}"
                        f"; environment {environment})\n"), flush=True)
     display.begin()
     by_tree: dict[str, list[Row]] = {}
