@@ -193,6 +193,11 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
     _cache_options(p, "verify")
     p.add_argument("--json", action="store_true",
                    help="one JSON event per commit, then a summary, on stdout")
+    p.add_argument("--format", choices=("table", "github"), default="table",
+                   help="`github`: the table, then a GitHub Actions error annotation for each "
+                   "failing commit (the run's own output is never read as a workflow command)")
+    p.add_argument("--junit", metavar="FILE",
+                   help="also write a JUnit XML report: one test case per commit")
     p.set_defaults(command="verify")
 
 
@@ -242,12 +247,15 @@ def _clean(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--all", action="store_true",
                    help="also remove the containers of runs still in progress, and of runs on "
                    "other hosts sharing this engine")
+    p.add_argument("--json", action="store_true", help="one JSON summary event on stdout")
 
 
 def _demo(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _simple(sub, "demo", "build a messy demo repository and reconstruct it in the sandbox")
     p.add_argument("--directory", metavar="DIR", help="where to create the demo repository")
     p.add_argument("--llm", action="store_true", help="use hints and a model instead of paths")
+    p.add_argument("--json", action="store_true",
+                   help="the run's JSON events, then a `demo` event, on stdout")
     _model_options(p)
     _sandbox_option(p)
 
@@ -260,13 +268,20 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
     build = images.add_parser("build", help="build the images (bootstrapping a base offline "
                               "when no registry answers)")
     build.add_argument("names", nargs="*", metavar="NAME", help="images to build (default: all)")
-    images.add_parser("bootstrap", help="make a Debian base with debootstrap and docker import")
-    images.add_parser("list", help="list the images and whether each is current")
+    bootstrap = images.add_parser("bootstrap", help="make a Debian base with debootstrap and "
+                                  "docker import")
+    listing = images.add_parser("list", help="list the images and whether each is current")
     prune = images.add_parser("prune", help="remove images built from older inputs, and "
                               "prepared environments whose base image is gone or stale")
     prune.add_argument("--environments", action="store_true",
                        help="also remove every prepared environment ([sandbox] setup prepares "
                        "them again when needed)")
+    tag = images.add_parser("tag", help="print an image's current tag (for compose.yaml: "
+                            "RETCON_SANDBOX_BASE_IMAGE)")
+    tag.add_argument("name", metavar="NAME", help="base, node or rust")
+    for action in (build, bootstrap, listing, prune, tag):
+        action.add_argument("--json", action="store_true",
+                            help="one JSON event per image on stdout")
     p.set_defaults(command="images")
 
 

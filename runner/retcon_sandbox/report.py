@@ -1,8 +1,10 @@
 """Progress output: readable lines for a person, or one JSON event per line for CI.
 
-Every JSON event carries its time, the run's id and, where it applies, the commit's number. Human
-output goes through `text.sanitize` as a whole: our own format strings are plain text, and
-everything interpolated into them (test output, file names, subjects, summaries) may not be.
+Every JSON event carries the version of the event format (`schema`: a field is only added within
+a version; renaming, removing or changing the meaning of one bumps it), its time, the run's id
+and, where it applies, the commit's number. Human output goes through `text.sanitize` as a
+whole: our own format strings are plain text, and everything interpolated into them (test
+output, file names, subjects, summaries) may not be.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Reporter(Protocol):
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 RUN_ID = uuid.uuid4().hex[:12]  # one per process: the run's events and its final `error` share it
+SCHEMA = 1  # the version of the --json event format, in every event
 
 
 class JsonReporter:
@@ -34,7 +37,8 @@ class JsonReporter:
         self.run_id = run_id or RUN_ID
 
     def emit(self, event: str, **data: Any) -> None:
-        record = {"event": event, "time": round(time.time(), 3), "run": self.run_id, **data}
+        record = {"event": event, "schema": SCHEMA, "time": round(time.time(), 3),
+                  "run": self.run_id, **data}
         line = json.dumps(record, ensure_ascii=False, default=str)
         if _SURROGATE.search(line):  # a name that is not UTF-8: escaped, so the line stays UTF-8
             line = json.dumps(record, default=str)
@@ -76,6 +80,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "spec": lambda d: (f"Loading spec: {d['path']}\n  Source: {d['source']}\n"
                        f"  Remote: {d['remote']}\n  Cleaned: {d['cleaned']}\n"
                        f"  Sandbox: {d['sandbox']}"
+                       + (f"\n  Engine: {d['engine']}" if d.get("engine") else "")
                        + (f"\n  Transcript: {d['transcript']}" if d.get("transcript") else "")),
     "override": lambda d: (f"  Override for this run: {d['key']} = {d['value']!r}"
                            + (f" (the spec says {d['spec']!r})" if d.get("spec") else "")),

@@ -28,7 +28,9 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
               "setup_pruned",
               # plan: about the whole branch (plan_commit carries its number)
-              "plan_start", "plan_model", "plan_written", "plan_check"}
+              "plan_start", "plan_model", "plan_written", "plan_check",
+              # the commands beside execute and verify: about images, containers, the demo
+              "image", "image_built", "image_bootstrapped", "images_pruned", "clean", "demo"}
 
 
 def events(result: Result) -> list[dict[str, Any]]:
@@ -315,7 +317,7 @@ def test_status_exits_3_when_stuck_and_indents_multi_line_text(tmp_path: Path) -
 
 COMMANDS = [(), ("execute",), ("reconstruct",), ("status",), ("prompt",), ("clean",), ("demo",),
             ("images",), ("images", "build"), ("images", "bootstrap"), ("images", "list"),
-            ("images", "prune"), ("completion",), ("version",)]
+            ("images", "prune"), ("images", "tag"), ("completion",), ("version",)]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "top" for c in COMMANDS])

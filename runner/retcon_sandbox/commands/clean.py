@@ -10,6 +10,7 @@ import os
 from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.docker.engine import LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import EXIT_OK
+from retcon_sandbox.report import JsonReporter
 
 
 def removable(labels: dict[str, str], here: str, everything: bool) -> bool:
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     engine = DockerEngine()
     specs = {os.path.realpath(spec) for spec in args.specs}
     here = liveness.host()
-    removed = kept = 0
+    removed = kept = networks = 0
     for container_id, labels in engine.sandbox_containers().items():
         if specs and labels.get(LABEL_SPEC) not in specs:
             continue
@@ -36,6 +37,11 @@ def run(args: argparse.Namespace) -> int:
     for network_id, labels in engine.sandbox_networks().items():
         if (not specs or labels.get(LABEL_SPEC) in specs) and removable(labels, here, args.all):
             engine.remove_network(network_id)
+            networks += 1
+    if getattr(args, "json", False):
+        JsonReporter().emit("clean", removed=removed, kept=kept, networks=networks,
+                            all=bool(args.all))
+        return EXIT_OK
     print(f"Removed {removed} sandbox container(s)." if removed else
           "No sandbox containers of finished runs left.")
     if kept:

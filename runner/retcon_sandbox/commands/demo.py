@@ -10,6 +10,7 @@ from retcon_sandbox.commands import execute
 from retcon_sandbox.errors import EXIT_OK, UsageError
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.report import JsonReporter
 
 WIDTH = 44
 
@@ -44,17 +45,31 @@ def side_by_side(repo: Repo) -> str:
     return "\n".join(rows)
 
 
+def json_summary(repo: Repo, target: Path, spec: Path, code: int) -> int:
+    base = repo.merge_base(repo.resolve("feature"), repo.resolve("main"))
+    same = repo.tree_of("feature") == repo.tree_of("feature-clean")
+    JsonReporter().emit("demo", directory=str(target), spec=str(spec), tree_equal=same,
+                        messy=[sha for sha, _ in repo.log(base, "feature")],
+                        clean=[sha for sha, _ in repo.log(base, "feature-clean")])
+    return code if code != EXIT_OK or same else 1
+
+
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory) if args.directory else None
     target = (directory or Path(tempfile.mkdtemp(prefix="retcon-demo-"))).resolve()
     spec = create(target, with_paths=not args.llm)
-    print(f"Demo repository: {target}")
-    print(f"  main: the shop; feature: {len(demo_project.MESSY)} messy commits on top")
-    print(f"  spec: {spec}\n")
+    as_json = bool(getattr(args, "json", False))
+    if not as_json:
+        print(f"Demo repository: {target}")
+        print(f"  main: the shop; feature: {len(demo_project.MESSY)} messy commits on top")
+        print(f"  spec: {spec}\n")
     code = execute.execute(execute.ExecuteOptions(
         spec=spec, repo=target, model=args.model, base_url=args.base_url,
-        model_timeout=args.model_timeout, sandbox=args.sandbox, non_interactive=True))
+        model_timeout=args.model_timeout, sandbox=args.sandbox, non_interactive=True,
+        json=as_json))
     repo = Repo(target)
+    if as_json:
+        return json_summary(repo, target, spec, code)
     print("\n" + side_by_side(repo))
     same = repo.tree_of("feature") == repo.tree_of("feature-clean")
     print(f"\nTree check: feature-clean {'==' if same else '!='} feature "

@@ -16,6 +16,7 @@ from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.commands.options import (
     ModelOptions,
+    engine_in_use,
     find_repo,
     limit_options,
     make_agent,
@@ -112,6 +113,7 @@ def execute(options: ExecuteOptions) -> int:
         agent = make_agent(model, transcript, reporter)
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
                       cleaned=spec.cleaned, sandbox=backend.describe(),
+                      engine=engine_in_use(options.sandbox),
                       transcript=str(transcript) if agent else None)
         envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
                             fresh=options.no_cache)

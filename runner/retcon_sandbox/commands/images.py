@@ -1,4 +1,5 @@
-"""`retcon-sandbox images build|bootstrap|list|prune`."""
+"""`retcon-sandbox images build|bootstrap|list|prune|tag`; `--json` prints one event per image
+(or per removal) instead of the lines, with progress on stderr either way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import EXIT_OK, UsageError
+from retcon_sandbox.report import JsonReporter
 from retcon_sandbox.text import sanitize
 
 
@@ -15,23 +17,52 @@ def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
+def _known(names: list[str]) -> None:
+    unknown = [n for n in names if n not in images.CATALOG]
+    if unknown:
+        raise UsageError(f"no image named {', '.join(map(repr, unknown))}",
+                         "Known: " + ", ".join(images.CATALOG))
+
+
 def run(args: argparse.Namespace) -> int:
+    as_json = bool(getattr(args, "json", False))
+    reporter = JsonReporter() if as_json else None
+    if args.action == "tag":  # no engine needed: the tag is the digest of the inputs
+        _known([args.name])
+        tag = images.CATALOG[args.name].tag
+        if reporter:
+            reporter.emit("image", name=args.name, tag=tag)
+        else:
+            print(tag)
+        return EXIT_OK
     engine = DockerEngine()
     if args.action == "build":
-        unknown = [n for n in args.names if n not in images.CATALOG]
-        if unknown:
-            raise UsageError(f"no image named {', '.join(map(repr, unknown))}",
-                             "Known: " + ", ".join(images.CATALOG))
+        _known(args.names)
         for name in args.names or list(images.CATALOG):
             tag = images.ensure(engine, images.CATALOG[name].tag, _say)
-            print(f"Built {tag}")
+            if reporter:
+                reporter.emit("image_built", name=name, tag=tag)
+            else:
+                print(f"Built {tag}")
+        if not reporter and (not args.names or "base" in args.names):
+            print("  compose.yaml builds on it with: export RETCON_SANDBOX_BASE_IMAGE="
+                  + images.CATALOG["base"].tag)
     elif args.action == "bootstrap":
         tag = images.bootstrap(engine, _say)
-        print(f"Bootstrapped {tag}; `retcon-sandbox images build` now builds offline.")
+        if reporter:
+            reporter.emit("image_bootstrapped", tag=tag)
+        else:
+            print(f"Bootstrapped {tag}; `retcon-sandbox images build` now builds offline.")
     elif args.action == "list":
         for row in images.listing(engine):
-            print(sanitize(f"  {row.name:<6} {row.tag:<36} {row.state}"))
+            if reporter:
+                reporter.emit("image", name=row.name, tag=row.tag, state=row.state)
+            else:
+                print(sanitize(f"  {row.name:<6} {row.tag:<36} {row.state}"))
     else:
         removed = images.prune(engine, _say, environments=args.environments)
-        print(f"Removed {len(removed)} stale image(s)." if removed else "No stale images.")
+        if reporter:
+            reporter.emit("images_pruned", removed=removed)
+        else:
+            print(f"Removed {len(removed)} stale image(s)." if removed else "No stale images.")
     return EXIT_OK

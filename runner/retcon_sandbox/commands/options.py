@@ -200,3 +200,13 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
         proxy = images.ensure(engine, images.default_image(), say)
     return DockerBackend(engine, tag, settings, access.variables,
                          Path(os.path.realpath(spec.path)), proxy)
+
+
+def engine_in_use(kind: str) -> str | None:
+    """The Docker engine a run talks to (DOCKER_HOST, the docker context's, or the default
+    socket), for the header and --json; None for the local backend."""
+    if kind != "docker":
+        return None
+    from retcon_sandbox.backends import engines
+
+    return engines.select().describe()

@@ -21,6 +21,7 @@ from typing import TextIO
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.commands.options import (
+    engine_in_use,
     find_repo,
     limit_options,
     make_backend,
@@ -34,6 +35,7 @@ from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import REF, Cache, Outcome
+from retcon_sandbox.verify.ci import Outputs
 from retcon_sandbox.verify.pool import Item, Pool, default_jobs
 from retcon_sandbox.verify.stages import Commands, Verifier
 from retcon_sandbox.verify.table import (
@@ -59,6 +61,25 @@ class Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    outputs = ci_outputs(args)
+    with outputs.guard(sys.stdout):
+        return verify(args, outputs)
+
+
+def ci_outputs(args: argparse.Namespace) -> Outputs:
+    """--junit FILE and --format github, checked before anything runs."""
+    github = args.format == "github"
+    if github and args.json:
+        raise UsageError("--format github and --json both write to standard output",
+                         "Choose one; --junit FILE works with either.")
+    junit = Path(args.junit) if args.junit else None
+    if junit is not None and (junit.is_dir() or not junit.parent.is_dir()):
+        raise UsageError(f"--junit {args.junit}: not a file in an existing directory",
+                         "Give the path of the report to write, e.g. --junit junit.xml.")
+    return Outputs(junit, github)
+
+
+def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     started = time.monotonic()
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
     access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
@@ -84,14 +105,16 @@ def run(args: argparse.Namespace) -> int:
     verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
                         environment)
     jobs = args.jobs or default_jobs()
+    engine = engine_in_use(args.sandbox)
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
-                  sandbox=backend.describe(), environment=environment, cache=REF,
+                  sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache))
     display = make_display(args.json, reporter, plan, commands)
     if not args.json:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
                        f"  Sandbox: {backend.describe()}\n"
-                       f"  Cache: {REF} ({'not read: --no-cache' if args.no_cache else 'read'}"
+                       + (f"  Engine: {engine}\n" if engine else "")
+                       + f"  Cache: {REF} ({'not read: --no-cache' if args.no_cache else 'read'}"
                        f"; environment {environment})\n"), flush=True)
     display.begin()
     by_tree: dict[str, list[Row]] = {}
@@ -115,7 +138,10 @@ def run(args: argparse.Namespace) -> int:
     if verifier.cache is not None and verifier.cache.problem:
         reporter.emit("warning", message="results were not cached: "
                       + verifier.cache.problem)
-    return display.end(time.monotonic() - started)
+    seconds = time.monotonic() - started
+    code = display.end(seconds)
+    outputs.finish(plan.label, plan.rows, seconds)
+    return code
 
 
 # --- what to verify ------------------------------------------------------------------------

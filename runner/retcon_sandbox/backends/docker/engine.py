@@ -18,6 +18,7 @@ from typing import IO, Any
 import docker
 import docker.errors
 
+from retcon_sandbox.backends import engines
 from retcon_sandbox.errors import ImageError, SandboxError
 
 LABEL_RUN = "retcon-sandbox.run"
@@ -32,12 +33,14 @@ class DockerEngine:
     """A connection to the engine at DOCKER_HOST (or the default socket)."""
 
     def __init__(self) -> None:
+        self.endpoint = engines.select()
         try:
-            self.client = docker.from_env(timeout=120)
+            self.client = docker.from_env(timeout=120, environment=self.endpoint.environment)
             self.client.ping()
+            engines.refuse_unsupported(self.endpoint, self.client.version())
         except docker.errors.DockerException as exc:
             raise SandboxError(
-                f"no Docker engine answers: {_first_line(exc)}",
+                f"no Docker engine answers at {self.endpoint.describe()}: {_first_line(exc)}",
                 "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
                 "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.",
             ) from None

@@ -1,0 +1,142 @@
+"""`verify` in the formats CI systems read: a JUnit XML report (`--junit FILE`) and GitHub
+Actions annotations (`--format github`).
+
+Everything in them that comes from the repository (subjects, output) is untrusted. In the XML it
+goes through `text.sanitize` (no terminal control reaches a log viewer) and then loses what XML
+1.0 cannot carry at all (lone surrogates, U+FFFE, U+FFFF), visibly escaped; ElementTree escapes
+the markup. On GitHub, every line printed is read for `::command::` lines, so the whole run's
+output is wrapped in `::stop-commands::` with a random token, and only our own annotations come
+after it, with the workflow-command escaping of their data and properties.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from retcon_sandbox.text import sanitize
+from retcon_sandbox.verify.cache import Outcome
+from retcon_sandbox.verify.table import Row
+
+FORMATS = ("table", "github")
+SUITE = "retcon-sandbox verify"
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+# --- JUnit XML -------------------------------------------------------------------------------
+
+
+def xml_text(text: str) -> str:
+    """Text that any XML 1.0 parser reads back as what a terminal would show."""
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", sanitize(text))
+
+
+def _first_line(outcome: Outcome) -> str:
+    lines = (outcome.failure or "").splitlines()
+    return lines[0] if lines else "failed"
+
+
+def _failed_stage(outcome: Outcome) -> str:
+    failing = next((s for s in outcome.stages if not s.passed), None)
+    return failing.which if failing else "verify"
+
+
+def _case(row: Row) -> ET.Element:
+    case = ET.Element("testcase", {
+        "classname": xml_text(SUITE),
+        "name": xml_text(f"#{row.number} {row.sha[:12]} {row.subject}"),
+        "time": f"{row.outcome.seconds:.3f}" if row.outcome else "0"})
+    outcome = row.outcome
+    if outcome is None:
+        ET.SubElement(case, "skipped", {"message": "not run"})
+    elif not outcome.passed:
+        failure = ET.SubElement(case, "failure", {"message": xml_text(_first_line(outcome)),
+                                                  "type": _failed_stage(outcome)})
+        failure.text = xml_text(outcome.tail)
+    if outcome is not None and outcome.cached:
+        ET.SubElement(case, "properties").append(
+            ET.Element("property", {"name": "cached", "value": "true"}))
+    return case
+
+
+def junit(label: str, rows: Sequence[Row], seconds: float) -> str:
+    """One test suite for the range, one test case per commit (a failure carries the tail of
+    the commit's output)."""
+    failed = sum(1 for r in rows if r.outcome is not None and not r.outcome.passed)
+    skipped = sum(1 for r in rows if r.outcome is None)
+    counts = {"tests": str(len(rows)), "failures": str(failed), "errors": "0",
+              "skipped": str(skipped), "time": f"{seconds:.3f}"}
+    root = ET.Element("testsuites", {"name": SUITE, **counts})
+    suite = ET.SubElement(root, "testsuite", {"name": xml_text(label), **counts})
+    suite.extend(_case(row) for row in rows)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
+
+
+# --- GitHub Actions workflow commands --------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message: %, CR and LF encoded, so it stays one line."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value: also `:` and `,`, which end it."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(rows: Sequence[Row]) -> list[str]:
+    """One `::error` line per failing commit: the failure as its title, the tail as its text."""
+    lines = []
+    for row in rows:
+        outcome = row.outcome
+        if outcome is None or outcome.passed:
+            continue
+        title = sanitize(f"#{row.number} {row.sha[:7]} {row.subject}: {_first_line(outcome)}"
+                         + (" (cached)" if outcome.cached else ""))
+        message = sanitize(outcome.tail.strip("\n") or _first_line(outcome))
+        lines.append(f"::error title={escape_property(title)}::{escape_data(message)}")
+    return lines
+
+
+# --- the outputs of one run --------------------------------------------------------------------
+
+
+@dataclass
+class Outputs:
+    """What a verify run writes besides its table: a JUnit file, GitHub annotations (printed
+    after the guarded output, once workflow commands are read again)."""
+
+    junit: Path | None = None
+    github: bool = False
+    pending: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def guard(self, out: TextIO) -> Iterator[None]:
+        """With --format github, nothing printed inside is read as a workflow command (test
+        output may hold `::add-mask::` or `::error::` lines of its own)."""
+        if not self.github:
+            yield
+            return
+        token = secrets.token_hex(16)
+        out.write(f"::stop-commands::{token}\n")
+        out.flush()
+        try:
+            yield
+        finally:
+            out.write(f"::{token}::\n" + "".join(line + "\n" for line in self.pending))
+            out.flush()
+
+    def finish(self, label: str, rows: Sequence[Row], seconds: float) -> None:
+        """Write the JUnit file; keep the annotations for the end of the guard."""
+        if self.junit is not None:
+            self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
+        if self.github:
+            self.pending = github_annotations(rows)

@@ -1,0 +1,109 @@
+"""compose.yaml as documented: its configuration (no empty variables, the socket and the base
+image from the environment), and one real run of the demo through it, as the owner of the
+repository rather than root, on the base image `retcon-sandbox images build` made."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from tests.conftest import ROOT
+
+MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL",
+                   "RETCON_SANDBOX_MODEL_TIMEOUT")
+
+
+def compose() -> list[str]:
+    """The Compose v2 plugin, else docker-compose v1; the tier fails without either."""
+    plugin = subprocess.run(["docker", "compose", "version"], capture_output=True)
+    if plugin.returncode == 0:
+        return ["docker", "compose"]
+    legacy = shutil.which("docker-compose")
+    assert legacy, "neither `docker compose` nor docker-compose is installed"
+    return [legacy]
+
+
+def run_compose(*args: str, env: dict[str, str], timeout: float = 900,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in MODEL_VARIABLES}
+    proc = subprocess.run([*compose(), "-f", str(ROOT / "compose.yaml"), *args], cwd=ROOT,
+                          capture_output=True, text=True, env={**clean, **env},
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    assert not check or proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def build_with_host_wheels(env: dict[str, str]) -> None:
+    """As the README says for a network that intercepts TLS: the host (which trusts the CA)
+    makes the wheels, and the image installs them with no index."""
+    wheels = ROOT / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True, timeout=900)
+    try:
+        run_compose("build", "retcon-sandbox", env=env)
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
+
+
+def test_compose_config_has_no_empty_variable_and_takes_socket_and_base_from_the_env(
+        tmp_path: Path) -> None:
+    socket = tmp_path / "engine.sock"
+    env = {"DOCKER_SOCK": str(socket), "RETCON_SANDBOX_BASE_IMAGE": "example/base:abc",
+           "REPO": str(tmp_path), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    config = yaml.safe_load(run_compose("config", env=env).stdout)
+    service = config["services"]["retcon-sandbox"]
+    assert service["build"]["args"]["BASE"] == "example/base:abc"
+    volumes = [v if isinstance(v, str) else f"{v['source']}:{v['target']}"
+               for v in service["volumes"]]
+    assert any(v.startswith(f"{socket}:/var/run/docker.sock") for v in volumes), volumes
+    assert any(v.startswith(f"{tmp_path}:/repo") for v in volumes), volumes
+    environment = service["environment"]
+    # set: passed as it is; unset: not set in the container at all (never an empty string)
+    assert environment["OPENAI_BASE_URL"] == "http://127.0.0.1:9/v1"
+    assert all(environment.get(name) in (None, "http://127.0.0.1:9/v1")
+               for name in MODEL_VARIABLES)
+    assert "" not in environment.values()
+    default = yaml.safe_load(run_compose("config", env={}).stdout)["services"]["retcon-sandbox"]
+    assert default["build"]["args"]["BASE"] == "retcon-sandbox/base:compose"
+    assert "user" not in default  # the entrypoint takes the repository owner's identity
+
+
+def test_the_demo_runs_through_compose_as_the_repository_owner(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    base = images.ensure(engine, images.CATALOG["base"].tag, print)
+    owner = os.getuid() if os.getuid() != 0 else 1234  # never root: that is what we test
+    repo = tmp_path / "mounted"
+    repo.mkdir()
+    os.chown(repo, owner, owner)
+    env = {"RETCON_SANDBOX_BASE_IMAGE": base, "REPO": str(repo)}
+    build_with_host_wheels(env)
+    demo = run_compose("run", "--rm", "retcon-sandbox", "demo", "--directory", "/repo/demo",
+                       env=env, timeout=600)
+    assert "Tree check: feature-clean == feature ✓" in demo.stdout, demo.stdout + demo.stderr
+    state = repo / "demo" / ".git" / "retcon-sandbox"
+    owners = {p.stat().st_uid for p in [state, *state.iterdir()]}
+    assert owners == {owner}  # nothing root-owned left for later runs on the host
+    status = run_compose("run", "--rm", "retcon-sandbox", "status", "demo/history-spec.toml",
+                         env=env)
+    assert "4/4 complete" in status.stdout
+
+
+def test_compose_refuses_a_repository_that_belongs_to_root(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("only root can make a root-owned folder here")  # the owner case above runs
+    repo = tmp_path / "rootrepo"
+    repo.mkdir()
+    env = {"RETCON_SANDBOX_BASE_IMAGE": images.CATALOG["base"].tag, "REPO": str(repo)}
+    build_with_host_wheels(env)
+    refused = run_compose("run", "--rm", "retcon-sandbox", "version", env=env, check=False)
+    assert refused.returncode == 1
+    assert "belongs to root; refusing to run as root" in refused.stderr
