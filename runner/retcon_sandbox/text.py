@@ -36,6 +36,27 @@ def sanitize_name(name: str) -> str:
     return sanitize(name).replace("\n", "\\n").replace("\t", "\\t")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_BYTE = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])|\\([23][0-7][0-7])")
+
+
+def escape_undecodable(text: str) -> str:
+    """Text that encodes as UTF-8: each byte that was not UTF-8 (a surrogateescape surrogate)
+    written `\\xNN`, as `sanitize` shows it; `restore_undecodable` reverses it."""
+    return _SURROGATE.sub(_escape, text)
+
+
+def restore_undecodable(text: str) -> str:
+    """`\\xNN` (NN from 80 to ff), or git's quoting `\\NNN` (octal 200 to 377), back to the
+    byte it stands for, as surrogateescape carries it."""
+    return _ESCAPED_BYTE.sub(_byte, text)
+
+
+def _byte(match: re.Match[str]) -> str:
+    hexa, octal = match.groups()
+    return chr(0xDC00 + (int(hexa, 16) if hexa else int(octal, 8)))
+
+
 def indent(text: str, prefix: str) -> str:
     """Every line of `text` after the first, prefixed (for multi-line values in a listing)."""
     return text.replace("\n", "\n" + prefix)

@@ -19,6 +19,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from retcon_sandbox.errors import ModelError
+from retcon_sandbox.text import escape_undecodable
 
 RETRYABLE = (
     openai.RateLimitError,
@@ -121,7 +122,7 @@ class OpenAIChat:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         try:
             response = self._client.chat.completions.create(
-                model=self.name, messages=messages, **extra)  # type: ignore[arg-type]
+                model=self.name, messages=_encodable(messages), **extra)  # type: ignore[arg-type]
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
@@ -165,6 +166,18 @@ class OpenAIChat:
                               "run resumes from the spec.")
         return ModelError(f"the model call failed{suffix}: {_describe(exc)} ({where})",
                           "Check the model settings, then rerun: the run resumes from the spec.")
+
+
+def _encodable(value: Any) -> Any:
+    """The messages, with every byte of a name that is not UTF-8 written `\\xNN` (the request
+    is UTF-8 JSON); the tools map such a name back (`WorkState`)."""
+    if isinstance(value, str):
+        return escape_undecodable(value)
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _encodable(item) for key, item in value.items()}
+    return value
 
 
 def _why_retry(exc: BaseException, timeout: float) -> str:
