@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli, llm_env
-from tests.fake_openai import FakeOpenAI, call
+from tests.fake_openai import FakeOpenAI, Step, call
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 SPEC = """\
@@ -121,7 +121,7 @@ def test_a_name_that_is_not_utf8_goes_to_the_model_and_back(tmp_path: Path) -> N
                                       b"plain.txt": (FILE, b"plain\n")}, first='["x"]')
     spec = repo / "spec.toml"
     spec.write_text(spec.read_text().replace('paths = ["x"]', 'hints = "the latin1 file"'))
-    script = [[call("list_files")], [call("read_file", path="latin1-\\351.txt")],
+    script: list[Step] = [[call("list_files")], [call("read_file", path="latin1-\\351.txt")],
               [call("write_file", path="latin1-\\xe9.txt", content="new\n")],
               [call("create_commit", message="latin1")]]
     with FakeOpenAI(script) as model:

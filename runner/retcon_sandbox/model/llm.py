@@ -122,7 +122,7 @@ class OpenAIChat:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         try:
             response = self._client.chat.completions.create(
-                model=self.name, messages=_encodable(messages), **extra)  # type: ignore[arg-type]
+                model=self.name, messages=_encodable(messages), **extra)
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
