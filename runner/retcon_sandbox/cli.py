@@ -8,6 +8,7 @@ exit code (see `errors.py`), never a traceback.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import importlib
 import math
@@ -29,7 +30,7 @@ from retcon_sandbox.errors import (
     internal_error,
 )
 from retcon_sandbox.report import JsonReporter
-from retcon_sandbox.text import sanitize
+from retcon_sandbox.text import sanitize, url_problem
 
 PROG = "retcon-sandbox"
 
@@ -57,6 +58,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def base_url(text: str) -> str:
+    problem = url_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an endpoint's base URL: {problem}")
+    return text
+
+
 # --- the parsers ----------------------------------------------------------------------------
 
 
@@ -70,7 +78,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name [env: RETCON_SANDBOX_MODEL]")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL]")
+    parser.add_argument("--base-url", type=base_url,
+                        help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL]")
     parser.add_argument("--model-timeout", type=positive_float, metavar="S",
                         help="seconds to wait for one model response "
                         "[env: RETCON_SANDBOX_MODEL_TIMEOUT; default 120]")
@@ -301,8 +310,42 @@ def report_error(exc: RetconError, as_json: bool) -> None:
         sys.stderr.write(sanitize("  " + exc.hint.replace("\n", "\n  ") + "\n"))
 
 
+_PLAIN = {"✓": "ok", "✗": "x", "⚠": "!", "…": "...", "→": "->", "—": "-", "–": "-", "·": "-"}
+
+
+def _plainer(exc: UnicodeError) -> tuple[str, int]:
+    """For an output encoding that lacks a character (PYTHONIOENCODING=ascii, a latin-1
+    terminal): our symbols in ASCII, anything else as a `\\uXXXX` escape (which keeps a
+    `--json` line valid JSON), never a crash."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    chars = exc.object[exc.start:exc.end]
+    return "".join(_PLAIN.get(c) or _json_escape(c) for c in chars), exc.end
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+codecs.register_error("retcon-sandbox", _plainer)
+
+
+def _encode_anything() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="retcon-sandbox")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
+    _encode_anything()
+    signal.signal(signal.SIGHUP, _on_sigterm)  # a closed terminal: stop as for Ctrl-C
     real_stdout = sys.stdout
     sys.stdout = cast(TextIO, _Stdout(real_stdout))
     try:
@@ -325,8 +368,9 @@ def _main(argv: Sequence[str] | None) -> int:
         report_error(exc, as_json)
         code = exc.exit_code
     except KeyboardInterrupt:
-        report_error(Interrupted("every finished step is saved in the spec; rerun the same "
-                                 "command to resume."), as_json)
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            report_error(Interrupted("every finished step is saved in the spec; rerun the "
+                                     "same command to resume."), as_json)
         code = EXIT_INTERRUPTED
     except StdoutClosed:  # like `git log | head -1`: stop quietly
         _discard_stdout()

@@ -135,6 +135,22 @@ def test_a_paths_commit_with_nothing_left(tmp_path: Path, squash: bool) -> None:
 TIMED = re.compile(r"^  (Building|Tests)\.\.\. PASS \(\d+\.\d s\)$", re.MULTILINE)
 
 
+def test_an_ascii_only_output_encoding_works(demo: Demo) -> None:
+    """PYTHONIOENCODING=ascii: our symbols in ASCII, other characters escaped, no crash."""
+    spec = demo.spec.read_text().replace("docs: document discount codes",
+                                         "docs: documenté discount codes")
+    demo.spec.write_text(spec)
+    env = {"PYTHONIOENCODING": "ascii"}
+    result = cli("execute", str(demo.spec), *LOCAL, env=env)
+    assert result.code == 0, result.out + result.err
+    assert "Tree check: cleaned == source ok" in result.out
+    assert "document\\u00e9 discount codes" in result.out
+    assert "x error" in cli("status", str(demo.path / "missing.toml"), env=env).err
+    line = cli("status", str(demo.spec), "--json", env=env).out
+    assert "document\\u00e9" in line and json.loads(line)["commits"][3]["subject"].endswith(
+        "documenté discount codes")
+
+
 def test_build_and_test_lines_show_their_time(demo: Demo) -> None:
     result = cli("execute", str(demo.spec), *LOCAL)
     assert result.code == 0, result.out + result.err

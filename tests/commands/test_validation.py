@@ -188,6 +188,20 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
     assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
 
 
+@pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",
+                                 "http://host:99999/v1", "http://host:port/v1", " http://h/v1",
+                                 "http://h/v1?x=1", ""])
+def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
+    if url:
+        result = refused(demo, "--base-url", url, "--model", "m", code=2)
+        assert "argument --base-url:" in result.err and "is not an endpoint's base URL" \
+            in result.err
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": url or "ftp://h"}
+    result = refused(demo, env=env, code=2)
+    assert "OPENAI_BASE_URL=" in result.err and "is not an endpoint's base URL" in result.err
+    assert "unset it" in result.err
+
+
 # --- commands -------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from retcon_sandbox.report import Reporter
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
 from retcon_sandbox.spec.settings import SandboxSettings, SettingError
+from retcon_sandbox.text import url_problem
 
 NO_ACCESS = HostAccess()
 
@@ -54,7 +55,12 @@ class ModelOptions:
         model = self.model or os.environ.get("RETCON_SANDBOX_MODEL")
         if not model:
             return None
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
+        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        problem = url_problem(base_url) if base_url else None
+        if problem:
+            raise UsageError(f"OPENAI_BASE_URL={base_url!r} is not an endpoint's base URL: "
+                             f"{problem}", "Set it to the API's base URL, such as "
+                             "http://localhost:11434/v1, or unset it (OpenAI's own API).")
         api_key = os.environ.get("OPENAI_API_KEY")
         if not api_key and not base_url:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
