@@ -207,10 +207,9 @@ def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
 
 @pytest.mark.parametrize("which", ["build", "test"])
 def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which: str) -> None:
-    result = cli("execute", str(demo.spec), *LOCAL, f"--{which}", "no-such-tool-xyz --flag")
-    assert result.code == 1, result.out + result.err
-    assert f"the {which} command cannot run in the sandbox (exit 127): no-such-tool-xyz --flag" \
-        in result.err
+    result = refused(demo, f"--{which}", "no-such-tool-xyz --flag")
+    assert f"the {which} command cannot run in the sandbox (no-such-tool-xyz: not found, or " \
+        "not an executable file): no-such-tool-xyz --flag" in result.err
     assert f"Check --{which}" in result.err and "Traceback" not in result.err
     assert "stuck" not in demo.spec.read_text()  # not the code's fault: nothing for the model
     again = cli("execute", str(demo.spec), *LOCAL)  # fixed: the run goes on from the spec
@@ -219,11 +218,14 @@ def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which:
 
 
 def test_a_command_that_is_not_executable_is_a_configuration_error(demo: Demo) -> None:
-    result = cli("execute", str(demo.spec), *LOCAL, "--build", "./README.md")
-    assert result.code == 1, result.out + result.err
-    assert "the build command cannot run in the sandbox (exit 126): ./README.md\n" in result.err
-    assert "Permission denied" in result.err
+    result = refused(demo, "--build", "./README.md")
+    assert "the build command cannot run in the sandbox (./README.md: not found, or not an " \
+        "executable file): ./README.md\n" in result.err
     assert "stuck" not in demo.spec.read_text()
+    later = cli("execute", str(demo.spec), *LOCAL, "--build", "true && ./README.md")
+    assert later.code == 1, later.out + later.err  # found only when it runs (exit 126)
+    assert "the build command cannot run in the sandbox (exit 126): true && ./README.md\n" \
+        in later.err and "Permission denied" in later.err
 
 
 def test_nothing_is_created_for_a_fresh_spec_with_an_error_in_a_later_commit(
