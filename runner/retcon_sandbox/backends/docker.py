@@ -15,6 +15,8 @@ import contextlib
 import hashlib
 import io
 import json
+import math
+import os
 import socket
 import tarfile
 import time
@@ -26,6 +28,7 @@ from typing import IO, Any
 import docker
 import docker.errors
 import docker.types
+import requests
 
 from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
@@ -38,7 +41,7 @@ from retcon_sandbox.backends.api import (
     ToolFailure,
     check_isolation,
 )
-from retcon_sandbox.errors import ImageError, SandboxError
+from retcon_sandbox.errors import ConfigError, ImageError, SandboxError
 from retcon_sandbox.resources import egress_source, helper_source
 from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
 
@@ -66,21 +69,50 @@ _LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\"
 # Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
 # egress proxy alone (older engines forwarded internal networks' queries, CVE-2024-29018).
 NO_DNS = "192.0.2.1"
+CONNECT_DEADLINE_S = 20.0
+
+
+def _connect_deadline() -> float:
+    """Seconds the engine has to answer its first requests (RETCON_SANDBOX_ENGINE_TIMEOUT)."""
+    raw = os.environ.get("RETCON_SANDBOX_ENGINE_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else CONNECT_DEADLINE_S
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"RETCON_SANDBOX_ENGINE_TIMEOUT={raw!r} is not a number greater "
+                          "than 0", "Set it to the seconds the engine has to answer, or unset "
+                          f"it (default {CONNECT_DEADLINE_S:g}).")
+    return value
+
+
+def _no_engine(exc: BaseException, deadline: float) -> SandboxError:
+    """The engine cannot be used: where we looked (DOCKER_HOST's value), and what to do."""
+    host = os.environ.get("DOCKER_HOST")
+    where = f"DOCKER_HOST={host}" if host else "the default socket (DOCKER_HOST is not set)"
+    if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
+        return SandboxError(
+            f"the Docker engine at {where} accepted the connection but did not answer within "
+            f"{deadline:g} s", "Check that DOCKER_HOST names a Docker engine and that it is "
+            "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
+            "a slow one.")
+    return SandboxError(
+        f"no Docker engine answers at {where}: {_first_line(exc)}",
+        "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
+        "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.")
 
 
 class DockerEngine:
     """A connection to the engine at DOCKER_HOST (or the default socket)."""
 
     def __init__(self) -> None:
+        deadline = _connect_deadline()
         try:
-            self.client = docker.from_env(timeout=120)
+            self.client = docker.from_env(timeout=deadline)  # type: ignore[arg-type]
             self.client.ping()
-        except docker.errors.DockerException as exc:
-            raise SandboxError(
-                f"no Docker engine answers: {_first_line(exc)}",
-                "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
-                "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.",
-            ) from None
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _no_engine(exc, deadline) from None
+        self.client.api.timeout = 120
 
     def has_image(self, name: str) -> bool:
         try:
