@@ -105,6 +105,27 @@ def test_the_model_says_nothing_is_left_and_the_run_goes_on(tmp_path: Path) -> N
     assert rows[1]["state"] == "nothing to extract" and rows[1]["nothing"] == REASON
 
 
+def test_nothing_to_extract_is_refused_while_a_named_file_still_differs(tmp_path: Path) -> None:
+    """Commit 3's hints name tests/test_discounts.py, which no later commit names: "nothing to
+    extract" is refused while it differs, and the model must take it or give up."""
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    script = [
+        *nothing_left_script()[:1],
+        [call("nothing_to_extract", reason="commit 1 took it")],  # commit 2: nothing is owed
+        [call("nothing_to_extract", reason="already there")],  # commit 3: refused
+        [call("report_stuck", summary="cannot tell which part is mine")],
+    ]
+    with FakeOpenAI(script) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        results = model.tool_results()
+    assert result.code == 3, result.out + result.err
+    assert "Complete!" not in result.out
+    assert any("named by this commit and by no later one, still differ from the source branch: "
+               "tests/test_discounts.py." in r for r in results), results
+    assert "cannot tell which part is mine" in demo.spec.read_text()
+    assert demo.spec.read_text().count("nothing_to_extract =") == 1
+
+
 def paths_overlap_spec() -> str:
     """Commit 1's paths include commit 2's only file."""
     return demo_project.spec_text(True).replace('"shop/legacy_checks.py"]',
