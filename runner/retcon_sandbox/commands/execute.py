@@ -16,6 +16,7 @@ from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.commands.options import (
     ModelOptions,
+    check_base_url,
     find_repo,
     make_agent,
     make_backend,
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(options: ExecuteOptions) -> int:
     reporter = make_reporter(options.json)
-    model = ModelOptions(options.model, options.base_url, options.model_timeout).settings()
+    check_base_url(options.base_url)
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry))
     specfile = SpecFile(options.spec)
@@ -94,6 +95,7 @@ def execute(options: ExecuteOptions) -> int:
         checks.source_names(repo, revs)
         tip = repo.branch_sha(spec.cleaned) or revs.base
         checks.path_patterns(repo, spec, tip, revs.source)
+        model = ModelOptions(options.model, options.base_url, options.model_timeout).settings()
         require_model(spec, model)
         interactive = not options.non_interactive and not options.json and sys.stdin.isatty()
         stop_if_blocked(spec, interactive, reporter)

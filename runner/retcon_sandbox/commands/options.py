@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
@@ -55,12 +56,7 @@ class ModelOptions:
         model = self.model or os.environ.get("RETCON_SANDBOX_MODEL")
         if not model:
             return None
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or None
-        problem = url_problem(base_url) if base_url else None
-        if problem:
-            raise UsageError(f"OPENAI_BASE_URL={base_url!r} is not an endpoint's base URL: "
-                             f"{problem}", "Set it to the API's base URL, such as "
-                             "http://localhost:11434/v1, or unset it (OpenAI's own API).")
+        base_url = check_base_url(self.base_url)
         api_key = os.environ.get("OPENAI_API_KEY")
         if not api_key and not base_url:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
@@ -69,10 +65,23 @@ class ModelOptions:
         attempts = int(_env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
         max_wait = _env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
         timeout = self.timeout or _env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
+        deadline = _env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
-                             timeout=timeout)
+                             timeout=timeout, deadline=deadline)
+
+
+def check_base_url(explicit: str | None) -> str | None:
+    """--base-url (checked by the parser), else OPENAI_BASE_URL, refused when malformed: an
+    empty value is unset."""
+    base_url = explicit or os.environ.get("OPENAI_BASE_URL") or None
+    problem = url_problem(base_url) if base_url else None
+    if problem:
+        raise UsageError(f"OPENAI_BASE_URL={base_url!r} is not an endpoint's base URL: "
+                         f"{problem}", "Set it to the API's base URL, such as "
+                         "http://localhost:11434/v1, or unset it (OpenAI's own API).")
+    return base_url
 
 
 def _env_number(name: str, default: float, integer: bool = False) -> float:
@@ -110,9 +119,29 @@ def make_agent(settings: ModelSettings | None, transcript: Path,
         if reporter is not None:
             reporter.emit("model_retry", message=text)
 
+    if looks_like_ollama(settings.base_url):
+        text = ("this endpoint looks like Ollama, whose default context (2048 to 4096 tokens, "
+                "by version) silently truncates long prompts: start it with "
+                "OLLAMA_CONTEXT_LENGTH=32768 (or give the model a larger num_ctx in a Modelfile)")
+        if reporter is not None:
+            reporter.emit("warning", message=text)
+        else:
+            _warn(text)
     model = OpenAIChat(settings, notice)
     model.preflight()
     return Agent(model, Transcript(transcript), StepLimits())
+
+
+def looks_like_ollama(base_url: str | None) -> bool:
+    """Ollama's port, or its native API path."""
+    if not base_url:
+        return False
+    parts = urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    return port == 11434 or parts.path.rstrip("/").endswith("/api") or "/api/" in parts.path
 
 
 def require_model(spec: Spec, settings: ModelSettings | None) -> None:
