@@ -58,6 +58,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def temperature(text: str) -> float:
+    value = positive_float(text) if text.strip() not in ("0", "0.0") else 0.0
+    if value > 2:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 2, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
 def base_url(text: str) -> str:
     problem = url_problem(text)
     if problem:
@@ -83,6 +94,13 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-timeout", type=positive_float, metavar="S",
                         help="seconds to wait for one model response "
                         "[env: RETCON_SANDBOX_MODEL_TIMEOUT; default 120]")
+    parser.add_argument("--temperature", type=temperature, metavar="T",
+                        help="sampling temperature, 0 to 2 (overrides [model] temperature)")
+    parser.add_argument("--max-tokens", type=positive_int, metavar="N",
+                        help="most tokens in one model reply (overrides [model] max_tokens)")
+    parser.add_argument("--seed", type=seed, metavar="N",
+                        help="sampling seed, for endpoints that honour one (overrides [model] "
+                        "seed)")
 
 
 def _repo_option(parser: argparse.ArgumentParser) -> None:

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  spec: {spec}\n")
     code = execute.execute(execute.ExecuteOptions(
         spec=spec, repo=target, model=args.model, base_url=args.base_url,
-        model_timeout=args.model_timeout, sandbox=args.sandbox, non_interactive=True))
+        model_timeout=args.model_timeout, temperature=args.temperature,
+        max_tokens=args.max_tokens, seed=args.seed, sandbox=args.sandbox, non_interactive=True))
     repo = Repo(target)
     print("\n" + side_by_side(repo))
     same = repo.tree_of("feature") == repo.tree_of("feature-clean")

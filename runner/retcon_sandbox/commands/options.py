@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 from retcon_sandbox.backends.api import Backend
@@ -17,10 +17,12 @@ from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
+from retcon_sandbox.spec.modeltable import NO_MODEL, ModelTable
 from retcon_sandbox.spec.settings import SandboxSettings, SettingError
 from retcon_sandbox.text import url_problem
 
 NO_ACCESS = HostAccess()
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
@@ -51,9 +53,13 @@ class ModelOptions:
     model: str | None
     base_url: str | None
     timeout: float | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
 
-    def settings(self) -> ModelSettings | None:
-        model = self.model or os.environ.get("RETCON_SANDBOX_MODEL")
+    def settings(self, table: ModelTable = NO_MODEL) -> ModelSettings | None:
+        """The command line, else the environment, else the spec's `[model]` table."""
+        model = self.model or os.environ.get("RETCON_SANDBOX_MODEL") or table.name
         if not model:
             return None
         base_url = check_base_url(self.base_url)
@@ -69,7 +75,14 @@ class ModelOptions:
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
-                             timeout=timeout, deadline=deadline)
+                             timeout=timeout, deadline=deadline,
+                             temperature=_first(self.temperature, table.temperature),
+                             max_tokens=_first(self.max_tokens, table.max_tokens),
+                             seed=_first(self.seed, table.seed))
+
+
+def _first(given: T | None, spec: T | None) -> T | None:
+    return given if given is not None else spec
 
 
 def check_base_url(explicit: str | None) -> str | None:
@@ -154,7 +167,8 @@ def require_model(spec: Spec, settings: ModelSettings | None) -> None:
         names = "\n".join(f"  #{c.number} {c.subject}" for c in needing)
         raise ModelError(
             f"these commits have no `paths` and need a model, but none is configured:\n{names}",
-            "Give --model (or RETCON_SANDBOX_MODEL) and OPENAI_API_KEY, plus --base-url (or "
+            "Give --model (or RETCON_SANDBOX_MODEL, or `name` in the spec's [model] table) and "
+            "OPENAI_API_KEY, plus --base-url (or "
             "OPENAI_BASE_URL) for a non-OpenAI endpoint; or add `paths = [...]` to those commits.")
 
 

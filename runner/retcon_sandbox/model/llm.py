@@ -85,6 +85,9 @@ class ModelSettings:
     max_wait: float = 20.0
     timeout: float = 120.0
     deadline: float = 600.0
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
 
     @property
     def endpoint(self) -> str:
@@ -214,6 +217,9 @@ class OpenAIChat:
 
     def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
+        s = self._settings
+        sampling = {"temperature": s.temperature, "max_tokens": s.max_tokens, "seed": s.seed}
+        extra.update({key: value for key, value in sampling.items() if value is not None})
         try:
             response = self._client.chat.completions.create(
                 model=self.name, messages=_encodable(messages), **extra)
