@@ -29,7 +29,7 @@ from retcon_sandbox.errors import (
     UsageError,
     internal_error,
 )
-from retcon_sandbox.report import JsonReporter
+from retcon_sandbox.report import JsonReporter, set_verbosity
 from retcon_sandbox.text import sanitize, url_problem
 
 PROG = "retcon-sandbox"
@@ -253,7 +253,22 @@ def parser() -> _Parser:
     _images(sub)
     _simple(sub, "version", "print the version")
     _version_everywhere(top)
+    _verbosity(top)
     return top
+
+
+def _verbosity(parser: argparse.ArgumentParser, top: bool = True) -> None:
+    """-q/--quiet and -v/--verbose, before or after the command."""
+    group = parser.add_mutually_exclusive_group()
+    default = 0 if top else argparse.SUPPRESS
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1,
+                       default=default, help="print only warnings, failures and the outcome")
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                       default=default, help="also print the events only --json shows")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _verbosity(child, top=False)
 
 
 def _version_everywhere(parser: argparse.ArgumentParser) -> None:
@@ -380,6 +395,7 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser().parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         command = args.command
+        set_verbosity(args.verbosity)
         code = _run(args)
         sys.stdout.flush()
     except RetconError as exc:

@@ -156,6 +156,30 @@ def test_a_paths_commit_with_nothing_left(tmp_path: Path, squash: bool) -> None:
 TIMED = re.compile(r"^  (Building|Tests)\.\.\. PASS \(\d+\.\d s\)$", re.MULTILINE)
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_quiet_prints_only_the_outcome(demo: Demo, where: str) -> None:
+    args = ("-q", "execute", str(demo.spec), *LOCAL) if where == "before" else \
+        ("execute", str(demo.spec), *LOCAL, "--quiet")
+    result = cli(*args)
+    assert result.code == 0, result.out + result.err
+    assert "Commit 1/4" not in result.out and "Building..." not in result.out
+    assert "Tree check: cleaned == source ✓" in result.out and "Complete!" in result.out
+
+
+def test_verbose_prints_the_events_only_json_had(demo: Demo) -> None:
+    quiet = cli("verify", str(demo.spec), "--sandbox", "local", "-v")  # no cleaned branch yet
+    assert quiet.code == 1
+    result = cli("-v", "verify", "main..feature", "--spec", str(demo.spec), "--sandbox",
+                 "local", cwd=demo.path)
+    assert result.code == 3, result.out + result.err
+    assert "  [verify_start] range='main..feature' commits=10" in result.out
+    plain = cli("verify", "main..feature", "--spec", str(demo.spec), "--sandbox", "local",
+                cwd=demo.path)
+    assert "[verify_start]" not in plain.out
+    both = cli("execute", str(demo.spec), "-q", "-v")
+    assert both.code == 2 and "not allowed with argument" in both.err
+
+
 def test_an_ascii_only_output_encoding_works(demo: Demo) -> None:
     """PYTHONIOENCODING=ascii: our symbols in ASCII, other characters escaped, no crash."""
     spec = demo.spec.read_text().replace("docs: document discount codes",

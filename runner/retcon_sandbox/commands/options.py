@@ -14,7 +14,7 @@ from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import ConfigError, GitError, ModelError, UsageError
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import Reporter
+from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
 from retcon_sandbox.spec.modeltable import NO_MODEL, ModelTable
@@ -203,7 +203,8 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
 
     engine = DockerEngine()
     def say(line: str) -> None:
-        print(line, file=sys.stderr)
+        if verbosity() >= 0:
+            print(line, file=sys.stderr)
 
     tag = images.ensure(engine, settings.image or images.default_image(), say,
                         allow_pull=access.allow_pull)
