@@ -207,7 +207,8 @@ def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
 
 @pytest.mark.parametrize("which", ["build", "test"])
 def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which: str) -> None:
-    result = refused(demo, f"--{which}", "no-such-tool-xyz --flag")
+    first = () if which == "build" else ("--skip", "build")  # a build may make the tests' program
+    result = refused(demo, f"--{which}", "no-such-tool-xyz --flag", *first)
     assert f"the {which} command cannot run in the sandbox (no-such-tool-xyz: not found, or " \
         "not an executable file): no-such-tool-xyz --flag" in result.err
     assert f"Check --{which}" in result.err and "Traceback" not in result.err
@@ -215,6 +216,12 @@ def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which:
     again = cli("execute", str(demo.spec), *LOCAL)  # fixed: the run goes on from the spec
     assert again.code == 0, again.out + again.err
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
+
+
+def test_a_tests_program_the_build_makes_is_not_refused(demo: Demo) -> None:
+    build = "mkdir -p bin && printf '#!/bin/sh\\nexit 0\\n' > bin/made && chmod +x bin/made"
+    result = cli("execute", str(demo.spec), *LOCAL, "--build", build, "--test", "bin/made")
+    assert result.code == 0, result.out + result.err
 
 
 def test_a_command_that_is_not_executable_is_a_configuration_error(demo: Demo) -> None:
