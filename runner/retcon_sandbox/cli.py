@@ -59,14 +59,23 @@ def positive_int(text: str) -> int:
 
 
 def temperature(text: str) -> float:
-    value = positive_float(text) if text.strip() not in ("0", "0.0") else 0.0
-    if value > 2:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 2:  # NaN too
         raise argparse.ArgumentTypeError(f"expected a number from 0 to 2, got {text!r}")
     return value
 
 
 def seed(text: str) -> int:
-    return 0 if text.strip() == "0" else positive_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text!r}")
+    return value
 
 
 def base_url(text: str) -> str:
@@ -377,8 +386,8 @@ def _encode_anything() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
-    _encode_anything()
     signal.signal(signal.SIGHUP, _on_sigterm)  # a closed terminal: stop as for Ctrl-C
+    _encode_anything()
     real_stdout = sys.stdout
     sys.stdout = cast(TextIO, _Stdout(real_stdout))
     try:
