@@ -23,6 +23,7 @@ from typing import Any
 class Fault:
     status: int
     message: str = ""
+    headers: tuple[tuple[str, str], ...] = ()  # e.g. (("Retry-After", "1"),)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ def call(name: str, raw: str | None = None, **args: Any) -> Call:
 
 
 Step = Fault | Raw | Hang | list[Call] | str
+Answer = tuple[int, dict[str, Any]] | tuple[int, dict[str, Any], tuple[tuple[str, str], ...]]
 
 
 def refused_url() -> str:
@@ -68,8 +70,11 @@ def refused_url() -> str:
 
 class FakeOpenAI:
     def __init__(self, script: list[Step], preflight: Step = "OK",
-                 models: tuple[str, ...] | None = None) -> None:
+                 models: tuple[str, ...] | None = None, tools: bool = True) -> None:
+        """`tools=False`: a server without tool calling, which answers 400 to any request that
+        offers tools (as Ollama does for such a model)."""
         self.script = list(script)
+        self.tools = tools
         self.preflight = preflight
         self.models = models
         self._closing = threading.Event()
@@ -107,7 +112,7 @@ class FakeOpenAI:
                     seen[message["tool_call_id"]] = message["content"]
         return list(seen.values())
 
-    def _next(self, body: dict[str, Any]) -> Step | tuple[int, dict[str, Any]]:
+    def _next(self, body: dict[str, Any]) -> Step | Answer:
         with self._lock:
             self._calls += 1
             n = self._calls
@@ -116,6 +121,10 @@ class FakeOpenAI:
                                                   "exist or you do not have access to it.",
                                        "type": "invalid_request_error",
                                        "code": "model_not_found"}}
+            if body.get("tools") and not self.tools:
+                return 400, {"error": {"message": f"registry.ollama.ai/library/"
+                                                  f"{body.get('model')} does not support tools",
+                                       "type": "api_error", "param": None, "code": None}}
             if _is_preflight(body):
                 self.preflights += 1
                 step = self.preflight
@@ -129,7 +138,7 @@ class FakeOpenAI:
         if isinstance(step, Fault):
             return step.status, {"error": {"message": step.message or
                                            f"scripted fault {step.status}",
-                                           "type": "test", "code": None}}
+                                           "type": "test", "code": None}}, step.headers
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if isinstance(step, str):
             message["content"] = step
@@ -155,13 +164,13 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    answer: Step | tuple[int, dict[str, Any]] = \
-                        (404, {"error": {"message": "not found"}})
+                    answer: Step | Answer = (404, {"error": {"message": "not found"}})
                 else:
                     answer = fake._next(body)
                 if isinstance(answer, Hang):
                     fake._closing.wait()
                     return
+                headers: tuple[tuple[str, str], ...] = ()
                 if isinstance(answer, Raw):
                     status, content_type = answer.status, answer.content_type
                     data = answer.body.encode()
@@ -169,7 +178,10 @@ class FakeOpenAI:
                     assert isinstance(answer, tuple)
                     status, content_type = answer[0], "application/json"
                     data = json.dumps(answer[1]).encode()
+                    headers = answer[2] if len(answer) == 3 else ()
                 self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

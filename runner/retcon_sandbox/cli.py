@@ -8,6 +8,7 @@ exit code (see `errors.py`), never a traceback.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import importlib
 import math
@@ -29,8 +30,8 @@ from retcon_sandbox.errors import (
     UsageError,
     internal_error,
 )
-from retcon_sandbox.report import JsonReporter
-from retcon_sandbox.text import sanitize
+from retcon_sandbox.report import JsonReporter, set_verbosity
+from retcon_sandbox.text import sanitize, url_problem
 
 PROG = "retcon-sandbox"
 
@@ -68,6 +69,33 @@ def size_option(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 2:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 2, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text!r}")
+    return value
+
+
+def base_url(text: str) -> str:
+    problem = url_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an endpoint's base URL: {problem}")
+    return text
+
+
 # --- the parsers ----------------------------------------------------------------------------
 
 
@@ -81,10 +109,18 @@ class _Parser(argparse.ArgumentParser):
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name [env: RETCON_SANDBOX_MODEL]")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL]")
+    parser.add_argument("--base-url", type=base_url,
+                        help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL]")
     parser.add_argument("--model-timeout", type=positive_float, metavar="S",
                         help="seconds to wait for one model response "
                         "[env: RETCON_SANDBOX_MODEL_TIMEOUT; default 120]")
+    parser.add_argument("--temperature", type=temperature, metavar="T",
+                        help="sampling temperature, 0 to 2 (overrides [model] temperature)")
+    parser.add_argument("--max-tokens", type=positive_int, metavar="N",
+                        help="most tokens in one model reply (overrides [model] max_tokens)")
+    parser.add_argument("--seed", type=seed, metavar="N",
+                        help="sampling seed, for endpoints that honour one (overrides [model] "
+                        "seed)")
 
 
 def _repo_option(parser: argparse.ArgumentParser) -> None:
@@ -312,7 +348,22 @@ def parser() -> _Parser:
     _completion(sub)
     _simple(sub, "version", "print the version")
     _version_everywhere(top)
+    _verbosity(top)
     return top
+
+
+def _verbosity(parser: argparse.ArgumentParser, top: bool = True) -> None:
+    """-q/--quiet and -v/--verbose, before or after the command."""
+    group = parser.add_mutually_exclusive_group()
+    default = 0 if top else argparse.SUPPRESS
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1,
+                       default=default, help="print only warnings, failures and the outcome")
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                       default=default, help="also print the events only --json shows")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _verbosity(child, top=False)
 
 
 def _version_everywhere(parser: argparse.ArgumentParser) -> None:
@@ -387,8 +438,42 @@ def report_error(exc: RetconError, as_json: bool) -> None:
         sys.stderr.write(sanitize("  " + exc.hint.replace("\n", "\n  ") + "\n"))
 
 
+_PLAIN = {"✓": "ok", "✗": "x", "⚠": "!", "…": "...", "→": "->", "—": "-", "–": "-", "·": "-"}
+
+
+def _plainer(exc: UnicodeError) -> tuple[str, int]:
+    """For an output encoding that lacks a character (PYTHONIOENCODING=ascii, a latin-1
+    terminal): our symbols in ASCII, anything else as a `\\uXXXX` escape (which keeps a
+    `--json` line valid JSON), never a crash."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    chars = exc.object[exc.start:exc.end]
+    return "".join(_PLAIN.get(c) or _json_escape(c) for c in chars), exc.end
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+codecs.register_error("retcon-sandbox", _plainer)
+
+
+def _encode_anything() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="retcon-sandbox")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGHUP, _on_sigterm)  # a closed terminal: stop as for Ctrl-C
+    _encode_anything()
     real_stdout = sys.stdout
     sys.stdout = cast(TextIO, _Stdout(real_stdout))
     try:
@@ -405,14 +490,16 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser().parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         command = args.command
+        set_verbosity(args.verbosity)
         code = _run(args)
         sys.stdout.flush()
     except RetconError as exc:
         report_error(exc, as_json)
         code = exc.exit_code
     except KeyboardInterrupt:
-        report_error(Interrupted("every finished step is saved in the spec; rerun the same "
-                                 "command to resume."), as_json)
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            report_error(Interrupted("every finished step is saved in the spec; rerun the "
+                                     "same command to resume."), as_json)
         code = EXIT_INTERRUPTED
     except StdoutClosed:  # like `git log | head -1`: stop quietly
         _discard_stdout()

@@ -10,6 +10,7 @@ output, file names, subjects, summaries) may not be.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -177,6 +178,31 @@ def _summary(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# What --quiet still shows: what went wrong or needs a look, and the outcome.
+QUIET_EVENTS = frozenset({"warning", "leftover", "stopping", "llm_stuck", "nothing_to_extract",
+                          "tree_check", "summary", "failure_output"})
+_verbosity = [0]  # -1 --quiet, 0, 1 --verbose (set once by the command line)
+
+
+def set_verbosity(level: int) -> None:
+    _verbosity[0] = level
+
+
+def verbosity() -> int:
+    return _verbosity[0]
+
+
+def plain_terminal() -> bool:
+    """TERM=dumb or NO_COLOR: no cursor movement, no colour, whatever the terminal."""
+    return os.environ.get("TERM") == "dumb" or bool(os.environ.get("NO_COLOR"))
+
+
+def _detail(event: str, data: dict[str, Any]) -> str:
+    """An event only --json shows by default, for --verbose."""
+    fields = " ".join(f"{key}={value!r}" for key, value in data.items())
+    return f"  [{event}] {fields}"
+
+
 class HumanReporter:
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
@@ -184,7 +210,11 @@ class HumanReporter:
 
     def emit(self, event: str, **data: Any) -> None:
         render = FORMATS.get(event)
-        if render is None:  # an event for --json only
+        if render is None:  # an event for --json only, unless --verbose
+            if verbosity() <= 0 or event in ("error", "model_retry"):  # said on stderr
+                return
+            render = lambda d: _detail(event, d)  # noqa: E731
+        elif verbosity() < 0 and event not in QUIET_EVENTS:
             return
         self.out.write(sanitize(render(data)) + "\n")
         self.out.flush()

@@ -10,6 +10,7 @@ terminal), DEL, bidirectional controls and zero-width characters, and bytes that
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 _INVISIBLE = (
     "\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
@@ -36,6 +37,47 @@ def sanitize_name(name: str) -> str:
     return sanitize(name).replace("\n", "\\n").replace("\t", "\\t")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_BYTE = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])|\\([23][0-7][0-7])")
+
+
+def escape_undecodable(text: str) -> str:
+    """Text that encodes as UTF-8: each byte that was not UTF-8 (a surrogateescape surrogate)
+    written `\\xNN`, as `sanitize` shows it; `restore_undecodable` reverses it."""
+    return _SURROGATE.sub(_escape, text)
+
+
+def restore_undecodable(text: str) -> str:
+    """`\\xNN` (NN from 80 to ff), or git's quoting `\\NNN` (octal 200 to 377), back to the
+    byte it stands for, as surrogateescape carries it."""
+    return _ESCAPED_BYTE.sub(_byte, text)
+
+
+def _byte(match: re.Match[str]) -> str:
+    hexa, octal = match.groups()
+    return chr(0xDC00 + (int(hexa, 16) if hexa else int(octal, 8)))
+
+
 def indent(text: str, prefix: str) -> str:
     """Every line of `text` after the first, prefixed (for multi-line values in a listing)."""
     return text.replace("\n", "\n" + prefix)
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an HTTP(S) endpoint's base URL, or None when it can."""
+    if not url.strip() or url != url.strip() or any(c.isspace() for c in url):
+        return "it is empty or contains spaces"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"it is not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "it must start with http:// or https://"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "port 0 is not a port"
+    if parts.query or parts.fragment:
+        return "it has a query or fragment; give the API's base URL (usually ending in /v1)"
+    return None

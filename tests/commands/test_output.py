@@ -110,6 +110,27 @@ def test_the_model_says_nothing_is_left_and_the_run_goes_on(tmp_path: Path) -> N
     assert rows[1]["state"] == "nothing to extract" and rows[1]["nothing"] == REASON
 
 
+def test_nothing_to_extract_is_refused_while_a_named_file_still_differs(tmp_path: Path) -> None:
+    """Commit 3's hints name tests/test_discounts.py, which no later commit names: "nothing to
+    extract" is refused while it differs, and the model must take it or give up."""
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    script = [
+        *nothing_left_script()[:1],
+        [call("nothing_to_extract", reason="commit 1 took it")],  # commit 2: nothing is owed
+        [call("nothing_to_extract", reason="already there")],  # commit 3: refused
+        [call("report_stuck", summary="cannot tell which part is mine")],
+    ]
+    with FakeOpenAI(script) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        results = model.tool_results()
+    assert result.code == 3, result.out + result.err
+    assert "Complete!" not in result.out
+    assert any("named by this commit and by no later one, still differ from the source branch: "
+               "tests/test_discounts.py." in r for r in results), results
+    assert "cannot tell which part is mine" in demo.spec.read_text()
+    assert demo.spec.read_text().count("nothing_to_extract =") == 1
+
+
 def paths_overlap_spec() -> str:
     """Commit 1's paths include commit 2's only file."""
     return demo_project.spec_text(True).replace('"shop/legacy_checks.py"]',
@@ -138,6 +159,46 @@ def test_a_paths_commit_with_nothing_left(tmp_path: Path, squash: bool) -> None:
 # --- 7. output that tells the truth ---------------------------------------------------------
 
 TIMED = re.compile(r"^  (Building|Tests)\.\.\. PASS \(\d+\.\d s\)$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_quiet_prints_only_the_outcome(demo: Demo, where: str) -> None:
+    args = ("-q", "execute", str(demo.spec), *LOCAL) if where == "before" else \
+        ("execute", str(demo.spec), *LOCAL, "--quiet")
+    result = cli(*args)
+    assert result.code == 0, result.out + result.err
+    assert "Commit 1/4" not in result.out and "Building..." not in result.out
+    assert "Tree check: cleaned == source ✓" in result.out and "Complete!" in result.out
+
+
+def test_verbose_prints_the_events_only_json_had(demo: Demo) -> None:
+    quiet = cli("verify", str(demo.spec), "--sandbox", "local", "-v")  # no cleaned branch yet
+    assert quiet.code == 1
+    result = cli("-v", "verify", "main..feature", "--spec", str(demo.spec), "--sandbox",
+                 "local", cwd=demo.path)
+    assert result.code == 3, result.out + result.err
+    assert "  [verify_start] range='main..feature' commits=10" in result.out
+    plain = cli("verify", "main..feature", "--spec", str(demo.spec), "--sandbox", "local",
+                cwd=demo.path)
+    assert "[verify_start]" not in plain.out
+    both = cli("execute", str(demo.spec), "-q", "-v")
+    assert both.code == 2 and "not allowed with argument" in both.err
+
+
+def test_an_ascii_only_output_encoding_works(demo: Demo) -> None:
+    """PYTHONIOENCODING=ascii: our symbols in ASCII, other characters escaped, no crash."""
+    spec = demo.spec.read_text().replace("docs: document discount codes",
+                                         "docs: documenté discount codes")
+    demo.spec.write_text(spec)
+    env = {"PYTHONIOENCODING": "ascii"}
+    result = cli("execute", str(demo.spec), *LOCAL, env=env)
+    assert result.code == 0, result.out + result.err
+    assert "Tree check: cleaned == source ok" in result.out
+    assert "document\\u00e9 discount codes" in result.out
+    assert "x error" in cli("status", str(demo.path / "missing.toml"), env=env).err
+    line = cli("status", str(demo.spec), "--json", env=env).out
+    assert "document\\u00e9" in line and json.loads(line)["commits"][3]["subject"].endswith(
+        "documenté discount codes")
 
 
 def test_build_and_test_lines_show_their_time(demo: Demo) -> None:

@@ -188,15 +188,29 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
     assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
 
 
+@pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",
+                                 "http://host:99999/v1", "http://host:port/v1", " http://h/v1",
+                                 "http://h/v1?x=1", ""])
+def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
+    if url:
+        result = refused(demo, "--base-url", url, "--model", "m", code=2)
+        assert "argument --base-url:" in result.err and "is not an endpoint's base URL" \
+            in result.err
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": url or "ftp://h"}
+    result = refused(demo, env=env, code=2)
+    assert "OPENAI_BASE_URL=" in result.err and "is not an endpoint's base URL" in result.err
+    assert "unset it" in result.err
+
+
 # --- commands -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("which", ["build", "test"])
 def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which: str) -> None:
-    result = cli("execute", str(demo.spec), *LOCAL, f"--{which}", "no-such-tool-xyz --flag")
-    assert result.code == 1, result.out + result.err
-    assert f"the {which} command cannot run in the sandbox (exit 127): no-such-tool-xyz --flag" \
-        in result.err
+    first = () if which == "build" else ("--skip", "build")  # a build may make the tests' program
+    result = refused(demo, f"--{which}", "no-such-tool-xyz --flag", *first)
+    assert f"the {which} command cannot run in the sandbox (no-such-tool-xyz: not found, or " \
+        "not an executable file): no-such-tool-xyz --flag" in result.err
     assert f"Check --{which}" in result.err and "Traceback" not in result.err
     assert "stuck" not in demo.spec.read_text()  # not the code's fault: nothing for the model
     again = cli("execute", str(demo.spec), *LOCAL)  # fixed: the run goes on from the spec
@@ -204,12 +218,21 @@ def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which:
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
 
 
+def test_a_tests_program_the_build_makes_is_not_refused(demo: Demo) -> None:
+    build = "mkdir -p bin && printf '#!/bin/sh\\nexit 0\\n' > bin/made && chmod +x bin/made"
+    result = cli("execute", str(demo.spec), *LOCAL, "--build", build, "--test", "bin/made")
+    assert result.code == 0, result.out + result.err
+
+
 def test_a_command_that_is_not_executable_is_a_configuration_error(demo: Demo) -> None:
-    result = cli("execute", str(demo.spec), *LOCAL, "--build", "./README.md")
-    assert result.code == 1, result.out + result.err
-    assert "the build command cannot run in the sandbox (exit 126): ./README.md\n" in result.err
-    assert "Permission denied" in result.err
+    result = refused(demo, "--build", "./README.md")
+    assert "the build command cannot run in the sandbox (./README.md: not found, or not an " \
+        "executable file): ./README.md\n" in result.err
     assert "stuck" not in demo.spec.read_text()
+    later = cli("execute", str(demo.spec), *LOCAL, "--build", "true && ./README.md")
+    assert later.code == 1, later.out + later.err  # found only when it runs (exit 126)
+    assert "the build command cannot run in the sandbox (exit 126): true && ./README.md\n" \
+        in later.err and "Permission denied" in later.err
 
 
 def test_nothing_is_created_for_a_fresh_spec_with_an_error_in_a_later_commit(

@@ -9,6 +9,8 @@ import pty
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, Demo, cli, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
@@ -124,11 +126,13 @@ def test_one_commit_and_hostile_subjects(demo: Demo) -> None:
     assert "1 commit: 1 passed" in result.out
 
 
-def test_the_table_is_redrawn_in_place_on_a_terminal(demo: Demo) -> None:
+def on_a_terminal(demo: Demo, env: dict[str, str] | None = None) -> str:
+    """verify's output on a pseudo-terminal."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen([*CLI, "verify", "main..feature", "--spec", str(demo.spec),
                              "-j", "2", *LOCAL], cwd=demo.path, stdin=subprocess.DEVNULL,
-                            stdout=follower, stderr=subprocess.DEVNULL)
+                            stdout=follower, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
     os.close(follower)
     out = b""
     while True:
@@ -141,7 +145,18 @@ def test_the_table_is_redrawn_in_place_on_a_terminal(demo: Demo) -> None:
         out += chunk
     os.close(leader)
     assert proc.wait(timeout=60) == 3
-    text = out.decode()
+    return out.decode()
+
+
+@pytest.mark.parametrize("env", [{"TERM": "dumb"}, {"NO_COLOR": "1"}])
+def test_no_cursor_movement_for_a_dumb_terminal_or_no_color(demo: Demo,
+                                                            env: dict[str, str]) -> None:
+    text = on_a_terminal(demo, env)
+    assert "\x1b" not in text and "FAIL" in text and "Failures:" in text
+
+
+def test_the_table_is_redrawn_in_place_on_a_terminal(demo: Demo) -> None:
+    text = on_a_terminal(demo, {"TERM": "xterm", "NO_COLOR": ""})
     assert "\x1b[10F" in text  # back to the first of the 10 rows, to draw them again
     final = text.rsplit("\x1b[10F", 1)[1]
     assert final.count("\x1b[2K") == 10 and "FAIL" in final and "Failures:" in final

@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
@@ -59,7 +61,10 @@ def test_what_a_build_leaves_behind_never_reaches_the_host(engine: DockerEngine,
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
 
 
-def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: Path,
+                                               signum: int) -> None:
+    """SIGHUP (a closed terminal) is handled as SIGTERM and Ctrl-C are."""
     text = demo_project.spec_text(True).replace(
         'test = "python3 -m pytest -q -p no:cacheprovider"', 'test = "sleep 120"')
     demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=text)
@@ -69,7 +74,7 @@ def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: P
     while not ours(engine, tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.5)  # inside the test command by now
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err

@@ -254,8 +254,11 @@ def test_setup_without_network_fails_clearly(engine: DockerEngine, tmp_path: Pat
                         'setup = "pip install --retries 0 --timeout 5 -r requirements.txt"\n'
                         'test = "python -m pytest -q"\ntimeout = 120',
                         ["test_b.py"], ["test_c.py"])
+    before = spec.read_bytes()
     code, found, log = run(spec, "--setup-network", "none")
     assert code == 1, log
+    assert spec.read_bytes() == before  # nothing was recorded: the setup ran first
+    assert git(spec.parent, "branch", "--list", "feature-clean") == ""
     error = next(e for e in found if e["event"] == "error")
     assert error["kind"] == "setup", error
     assert "pip install" in str(error["message"]) and "--setup-network none" in str(

@@ -110,8 +110,8 @@ def test_retries_are_announced(tmp_path: Path, retried: str) -> None:
     why = {"refused": "unreachable", "timeout": "slow (no answer within 0.5 s)",
            "proxy error page": "failing (HTTP 502)"}[retried]
     assert result.code == 1
-    assert f"model endpoint {why}, retry 2/3 in 0.01 s…" in result.err
-    assert f"model endpoint {why}, retry 3/3 in 0.01 s…" in result.err
+    assert f"model endpoint {why}, retry 2/3 in 0.0 s…" in result.err
+    assert f"model endpoint {why}, retry 3/3 in 0.0 s…" in result.err
     assert "after 3 attempts" in result.err
 
 

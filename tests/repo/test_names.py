@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli
+from tests.conftest import cli, llm_env
+from tests.fake_openai import FakeOpenAI, Step, call
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 SPEC = """\
@@ -109,6 +110,27 @@ def test_odd_names_in_json_events_are_exact_json(tmp_path: Path) -> None:
     events = [json.loads(line) for line in result.out.splitlines()]
     taken = next(e for e in events if e["event"] == "taking_paths")["paths"]
     assert sorted(taken) == ["latin1-\udce9.txt", "new\nline.txt"]
+    assert listing(repo, "feature-clean") == listing(repo, "feature")
+
+
+def test_a_name_that_is_not_utf8_goes_to_the_model_and_back(tmp_path: Path) -> None:
+    """The model sees such a name with `\\xNN` (git's `\\NNN` in diffs) and its tools take
+    either spelling back to the exact bytes."""
+    base = {b"README": (FILE, b"r\n"), b"latin1-\xe9.txt": (FILE, b"old\n")}
+    repo = make_repo(tmp_path, base, {**base, b"latin1-\xe9.txt": (FILE, b"new\n"),
+                                      b"plain.txt": (FILE, b"plain\n")}, first='["x"]')
+    spec = repo / "spec.toml"
+    spec.write_text(spec.read_text().replace('paths = ["x"]', 'hints = "the latin1 file"'))
+    script: list[Step] = [[call("list_files")], [call("read_file", path="latin1-\\351.txt")],
+              [call("write_file", path="latin1-\\xe9.txt", content="new\n")],
+              [call("create_commit", message="latin1")]]
+    with FakeOpenAI(script) as model:
+        result = cli("execute", str(spec), *LOCAL, env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    assert model.tool_results()[0] == "README\nlatin1-\\xe9.txt"
+    assert model.tool_results()[1].endswith("old\n")
+    first = listing(repo, "feature-clean~1")
+    assert b"latin1-\xe9.txt" in first and b"plain.txt" not in first
     assert listing(repo, "feature-clean") == listing(repo, "feature")
 
 

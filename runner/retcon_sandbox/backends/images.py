@@ -12,6 +12,7 @@ loaded with `docker import`, and passed to the same Dockerfiles as BASE.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -20,6 +21,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -43,6 +46,45 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 LABEL_INPUTS = "retcon-sandbox.inputs"
 
 Progress = Callable[[str], None]
+HEARTBEAT_S = 10.0
+_beating = threading.local()
+
+
+@contextlib.contextmanager
+def heartbeat(progress: Progress, what: str, every: float = HEARTBEAT_S) -> Iterator[Progress]:
+    """`progress`, plus a line saying how long `what` has taken whenever `every` seconds pass
+    without one (a build step that prints nothing for a minute is not a hang). Nested
+    heartbeats (a parent image built on the way) leave it to the outermost."""
+    if getattr(_beating, "on", False):
+        yield progress
+        return
+    started = time.monotonic()
+    last = [started]
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def say(line: str) -> None:
+        with lock:
+            last[0] = time.monotonic()
+            progress(line)
+
+    def beat() -> None:
+        while not done.wait(every / 4):
+            with lock:
+                now = time.monotonic()
+                if now - last[0] >= every:
+                    last[0] = now
+                    progress(f"  ... {what}: {now - started:.0f} s elapsed")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    _beating.on = True
+    thread.start()
+    try:
+        yield say
+    finally:
+        _beating.on = False
+        done.set()
+        thread.join()
 
 
 @dataclass(frozen=True)
@@ -139,7 +181,8 @@ def ensure(engine: DockerEngine, tag: str, progress: Progress, allow_pull: bool 
     definition = by_tag(tag)
     if definition is not None:
         progress(f"Image {tag} is not built yet: building it (first use only)...")
-        return build(engine, definition.name, progress)
+        with heartbeat(progress, f"building {tag}") as say:
+            return build(engine, definition.name, say)
     if allow_pull and engine.try_pull(tag):
         return tag
     raise ImageError(f"image {tag} is not available" + ("" if allow_pull else

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from retcon_sandbox.backends.api import Sandbox, ToolFailure
 from retcon_sandbox.paths import PathRefused, repo_path
 from retcon_sandbox.repo.gitrepo import FileChange, Repo, TreeEntry
+from retcon_sandbox.text import restore_undecodable
 
 DIFF_CAP = 200_000
 
@@ -35,6 +36,7 @@ class WorkState:
         self.source = source
         self._base_entries = repo.ls_tree(base_tree)
         self._changes: dict[str, FileChange] = {}
+        self._source_names: set[str] | None = None
 
     @property
     def box(self) -> Sandbox:
@@ -91,7 +93,7 @@ class WorkState:
         self._changes[path] = FileChange(path, entry)
 
     def write_file(self, path: str, content: str) -> str:
-        path = _checked(path)
+        path = self._path(path)
         data = content.encode("utf-8")
         mode = self._mode(path)
         result = self.box.write_file(path, data, mode)
@@ -102,24 +104,42 @@ class WorkState:
         return result.summary
 
     def delete_file(self, path: str) -> str:
-        path = _checked(path)
+        path = self._path(path)
         summary = self.box.delete_file(path)
         self._changes[path] = FileChange(path, None)
         return summary
 
     def read_file(self, path: str, offset: int | None, limit: int | None) -> str:
-        page = self.box.read_file(_checked(path), offset, limit)
+        page = self.box.read_file(self._path(path), offset, limit)
         if not page.more or page.end is None:
             return page.text
         return (f"{page.text}[showing lines {page.start}-{page.end} of {page.lines}; call "
                 f"read_file with offset={page.end + 1} to read on]")
 
     def list_files(self, path: str | None) -> str:
-        files = self.box.list_files(_checked(path) if path else None)
+        files = self.box.list_files(self._path(path) if path else None)
         return "\n".join(files) if files else "(no files)"
 
+    def _path(self, path: str) -> str:
+        """A path the model gave, checked; a name shown to it with `\\xNN` for bytes that are
+        not UTF-8 means that file, when the working state or the source branch has it."""
+        checked = _checked(path)
+        restored = restore_undecodable(checked)
+        if restored == checked or self._known(checked):
+            return checked
+        return restored if self._known(restored) else checked
+
+    def _known(self, path: str) -> bool:
+        if path in self._changes or path in self._base_entries:
+            return True
+        if self._source_names is None:
+            self._source_names = set(self.repo.ls_tree(self.repo.tree_of(self.source)))
+        inside = path.rstrip("/") + "/"
+        return path in self._source_names or any(
+            name.startswith(inside) for name in (*self._base_entries, *self._source_names))
+
     def read_diff(self, path: str | None = None) -> str:
-        paths = (_checked(path),) if path else ()
+        paths = (self._path(path),) if path else ()
         diff = self.repo.diff(self.tree(), self.source, paths)
         if not diff:
             return "(no differences: the working state matches the source branch here)"

@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  spec: {spec}\n")
     code = execute.execute(execute.ExecuteOptions(
         spec=spec, repo=target, model=args.model, base_url=args.base_url,
-        model_timeout=args.model_timeout, sandbox=args.sandbox, non_interactive=True,
+        model_timeout=args.model_timeout, temperature=args.temperature,
+        max_tokens=args.max_tokens, seed=args.seed, sandbox=args.sandbox, non_interactive=True,
         json=as_json))
     repo = Repo(target)
     if as_json:

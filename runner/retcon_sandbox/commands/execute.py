@@ -16,6 +16,7 @@ from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.commands.options import (
     ModelOptions,
+    check_base_url,
     engine_in_use,
     find_repo,
     limit_options,
@@ -48,6 +49,9 @@ class ExecuteOptions:
     model: str | None = None
     base_url: str | None = None
     model_timeout: float | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
     image: str | None = None
     sandbox: str = "docker"
     squash_wip: bool = False
@@ -70,6 +74,7 @@ class ExecuteOptions:
         return cls(spec=Path(args.spec), repo=Path(args.repo) if args.repo else None,
                    build=args.build, test=args.test, skip=frozenset(args.skip),
                    model=args.model, base_url=args.base_url, model_timeout=args.model_timeout,
+                   temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed,
                    image=args.image, sandbox=args.sandbox, squash_wip=args.squash_wip,
                    non_interactive=args.non_interactive, json=args.json, timeout=args.timeout,
                    no_cache=args.no_cache, jobs=args.jobs,
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(options: ExecuteOptions) -> int:
     reporter = make_reporter(options.json)
+    check_base_url(options.base_url)
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
                                           options.setup_disk, options.keep_environments)
@@ -101,7 +107,9 @@ def execute(options: ExecuteOptions) -> int:
         checks.source_names(repo, revs)
         tip = repo.branch_sha(spec.cleaned) or revs.base
         checks.path_patterns(repo, spec, tip, revs.source)
-        model = ModelOptions(options.model, options.base_url, options.model_timeout).settings()
+        model = ModelOptions(options.model, options.base_url, options.model_timeout,
+                             options.temperature, options.max_tokens, options.seed
+                             ).settings(spec.model)
         require_model(spec, model)
         interactive = not options.non_interactive and not options.json and sys.stdin.isatty()
         stop_if_blocked(spec, interactive, reporter)

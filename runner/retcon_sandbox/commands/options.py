@@ -7,15 +7,17 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import ConfigError, GitError, ModelError, UsageError
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import Reporter
+from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
+from retcon_sandbox.spec.modeltable import NO_MODEL, ModelTable
 from retcon_sandbox.spec.settings import (
     BY_KEY,
     LOWER_ONLY,
@@ -24,8 +26,10 @@ from retcon_sandbox.spec.settings import (
     SettingError,
     shown,
 )
+from retcon_sandbox.text import url_problem
 
 NO_ACCESS = HostAccess()
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
@@ -56,12 +60,16 @@ class ModelOptions:
     model: str | None
     base_url: str | None
     timeout: float | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
 
-    def settings(self) -> ModelSettings | None:
-        model = self.model or os.environ.get("RETCON_SANDBOX_MODEL")
+    def settings(self, table: ModelTable = NO_MODEL) -> ModelSettings | None:
+        """The command line, else the environment, else the spec's `[model]` table."""
+        model = self.model or os.environ.get("RETCON_SANDBOX_MODEL") or table.name
         if not model:
             return None
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
+        base_url = check_base_url(self.base_url)
         api_key = os.environ.get("OPENAI_API_KEY")
         if not api_key and not base_url:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
@@ -70,10 +78,30 @@ class ModelOptions:
         attempts = int(_env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
         max_wait = _env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
         timeout = self.timeout or _env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
+        deadline = _env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
-                             timeout=timeout)
+                             timeout=timeout, deadline=deadline,
+                             temperature=_first(self.temperature, table.temperature),
+                             max_tokens=_first(self.max_tokens, table.max_tokens),
+                             seed=_first(self.seed, table.seed))
+
+
+def _first(given: T | None, spec: T | None) -> T | None:
+    return given if given is not None else spec
+
+
+def check_base_url(explicit: str | None) -> str | None:
+    """--base-url (checked by the parser), else OPENAI_BASE_URL, refused when malformed: an
+    empty value is unset."""
+    base_url = explicit or os.environ.get("OPENAI_BASE_URL") or None
+    problem = url_problem(base_url) if base_url else None
+    if problem:
+        raise UsageError(f"OPENAI_BASE_URL={base_url!r} is not an endpoint's base URL: "
+                         f"{problem}", "Set it to the API's base URL, such as "
+                         "http://localhost:11434/v1, or unset it (OpenAI's own API).")
+    return base_url
 
 
 def _env_number(name: str, default: float, integer: bool = False) -> float:
@@ -111,9 +139,29 @@ def make_agent(settings: ModelSettings | None, transcript: Path,
         if reporter is not None:
             reporter.emit("model_retry", message=text)
 
+    if looks_like_ollama(settings.base_url):
+        text = ("this endpoint looks like Ollama, whose default context (2048 to 4096 tokens, "
+                "by version) silently truncates long prompts: start it with "
+                "OLLAMA_CONTEXT_LENGTH=32768 (or give the model a larger num_ctx in a Modelfile)")
+        if reporter is not None:
+            reporter.emit("warning", message=text)
+        else:
+            _warn(text)
     model = OpenAIChat(settings, notice)
     model.preflight()
     return Agent(model, Transcript(transcript), StepLimits())
+
+
+def looks_like_ollama(base_url: str | None) -> bool:
+    """Ollama's port, or its native API path."""
+    if not base_url:
+        return False
+    parts = urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    return port == 11434 or parts.path.rstrip("/").endswith("/api") or "/api/" in parts.path
 
 
 def require_model(spec: Spec, settings: ModelSettings | None) -> None:
@@ -126,7 +174,8 @@ def require_model(spec: Spec, settings: ModelSettings | None) -> None:
         names = "\n".join(f"  #{c.number} {c.subject}" for c in needing)
         raise ModelError(
             f"these commits have no `paths` and need a model, but none is configured:\n{names}",
-            "Give --model (or RETCON_SANDBOX_MODEL) and OPENAI_API_KEY, plus --base-url (or "
+            "Give --model (or RETCON_SANDBOX_MODEL, or `name` in the spec's [model] table) and "
+            "OPENAI_API_KEY, plus --base-url (or "
             "OPENAI_BASE_URL) for a non-OpenAI endpoint; or add `paths = [...]` to those commits.")
 
 
@@ -186,7 +235,8 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
 
     engine = DockerEngine()
     def say(line: str) -> None:
-        print(line, file=sys.stderr)
+        if verbosity() >= 0:
+            print(line, file=sys.stderr)
 
     check_engine_limits(settings, *engine.resources())
     tag = images.ensure(engine, settings.image or images.default_image(), say,

@@ -29,7 +29,7 @@ from retcon_sandbox.commands.options import (
 )
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter
+from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter, plain_terminal
 from retcon_sandbox.spec.file import Spec, SpecFile
 from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
 from retcon_sandbox.spec.statedir import StateDir
@@ -314,6 +314,6 @@ def make_display(as_json: bool, reporter: Reporter, plan: Plan, commands: Comman
     if as_json:
         return JsonDisplay(plan, commands, reporter)
     lines = shutil.get_terminal_size().lines
-    if sys.stdout.isatty() and len(plan.rows) + 4 < lines:
+    if sys.stdout.isatty() and not plain_terminal() and len(plan.rows) + 4 < lines:
         return LiveDisplay(plan, commands, sys.stdout)
     return Display(plan, commands, sys.stdout)

@@ -1,24 +1,31 @@
 """The model adapter: the one module that imports openai.
 
 Chat Completions with function tools, which OpenAI, Azure, vLLM, Ollama and LiteLLM all speak.
-The SDK's own retries are off: rate limits, timeouts, connection errors and 5xx are retried here
-a bounded number of times, each retry announced; every other failure, and the last retry's, is a
-`ModelError` that names the endpoint and the model. A model that cannot be used is an error of
-configuration or of the service, never a stuck commit.
+The SDK's own retries are off: rate limits (429), timeouts, connection errors and 5xx are
+retried here by tenacity, each retry announced: at most `attempts` attempts, each wait the
+endpoint's `Retry-After` (seconds or an HTTP date) when it gives one, else an exponential backoff
+capped at `max_wait`, with jitter; and no retry whose wait would end past `deadline` seconds
+after the first attempt. Nothing else is retried (a 400 is an answer). Every other failure, and
+the last retry's, is a `ModelError` that names the endpoint and the model. A model that cannot be
+used is an error of configuration or of the service, never a stuck commit.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import openai
+import tenacity
 from openai.types.chat import ChatCompletion
 
 from retcon_sandbox.errors import ModelError
+from retcon_sandbox.text import escape_undecodable
 
 RETRYABLE = (
     openai.RateLimitError,
@@ -27,6 +34,10 @@ RETRYABLE = (
     openai.InternalServerError,
 )
 PREFLIGHT = "retcon-sandbox preflight: reply with the word OK."
+# The preflight offers a tool, as every step does: a server without tool calling fails there.
+PREFLIGHT_TOOLS = [{"type": "function", "function": {
+    "name": "ready", "description": "Say that you are ready (optional).",
+    "parameters": {"type": "object", "properties": {}}}}]
 DEFAULT_URL = "https://api.openai.com/v1"
 
 
@@ -73,6 +84,10 @@ class ModelSettings:
     attempts: int = 6
     max_wait: float = 20.0
     timeout: float = 120.0
+    deadline: float = 600.0
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
 
     @property
     def endpoint(self) -> str:
@@ -87,41 +102,127 @@ def backoff(attempt: int, max_wait: float) -> float:
     return float(min(max_wait, 2 ** (attempt - 2)))
 
 
+def retry_after(exc: object, now: float | None = None) -> float | None:
+    """The seconds an HTTP error's `Retry-After` (or OpenAI's `retry-after-ms`) asks for."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds:
+        try:
+            return max(0.0, float(milliseconds) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class RetryPolicy:
+    """When to retry and how long to wait, for tenacity: the wait of each retry is planned once
+    (Retry-After, else backoff, plus up to a quarter of jitter), and a retry whose wait would
+    end past the deadline is not made."""
+
+    def __init__(self, settings: ModelSettings, jitter: Callable[[], float] = random.random
+                 ) -> None:
+        self._settings = settings
+        self._jitter = jitter
+        self._planned: dict[int, float] = {}
+
+    def wait(self, state: tenacity.RetryCallState) -> float:
+        attempt = state.attempt_number
+        if attempt not in self._planned:
+            exc = state.outcome.exception() if state.outcome else None
+            asked = retry_after(exc) if exc is not None else None
+            base = asked if asked is not None else backoff(attempt + 1, self._settings.max_wait)
+            self._planned[attempt] = base + base * 0.25 * self._jitter()
+        return self._planned[attempt]
+
+    def stop(self, state: tenacity.RetryCallState) -> bool:
+        if state.attempt_number >= self._settings.attempts:
+            return True
+        return (state.seconds_since_start or 0.0) + self.wait(state) > self._settings.deadline
+
+
 class OpenAIChat:
     def __init__(self, settings: ModelSettings, notice: Notice | None = None) -> None:
         self.name = settings.model
         self._settings = settings
         self._notice = notice or (lambda text: None)
+        self._last_error: openai.OpenAIError | None = None
         self._client = openai.OpenAI(base_url=settings.base_url,
                                      api_key=settings.api_key or "unused", max_retries=0,
                                      timeout=settings.timeout)
 
     def preflight(self) -> None:
-        """One tiny request, before anything is written: a model that cannot be used stops the
-        run here, with the endpoint, the model and a hint."""
-        self.complete([{"role": "user", "content": PREFLIGHT}], [])
+        """One tiny request that offers a tool, before anything is written: a model that cannot
+        be used stops the run here, with the endpoint, the model and a hint. A request refused
+        (400, 422) only because it offers tools says so."""
+        messages = [{"role": "user", "content": PREFLIGHT}]
+        try:
+            self.complete(messages, PREFLIGHT_TOOLS)
+        except ModelError:
+            refused = self._last_error
+            if not isinstance(refused, openai.BadRequestError | openai.UnprocessableEntityError):
+                raise
+            self.complete(messages, [])  # fails on its own if it is not about the tools
+            raise ModelError(
+                f"the model endpoint refuses requests that offer tools (HTTP "
+                f"{refused.status_code}: {_body_message(refused)}) ({self._where()})",
+                "retcon-sandbox works through tool (function) calls: choose a model and server "
+                "that support them (Ollama: a model with the `tools` capability; vLLM: "
+                "--enable-auto-tool-choice and a --tool-call-parser).") from None
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        policy = RetryPolicy(self._settings)
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RETRYABLE), wait=policy.wait,
+            stop=policy.stop, before_sleep=self._announce, reraise=True)
+        self._last_error = None
+        try:
+            return retrying(self._once, messages, tools)
+        except openai.OpenAIError as exc:
+            self._last_error = exc
+            raise self._failed(exc, retrying) from None
+
+    def _failed(self, exc: openai.OpenAIError, retrying: tenacity.Retrying) -> ModelError:
+        if isinstance(exc, RETRYABLE):
+            attempts = int(retrying.statistics.get("attempt_number", 1))
+            after = f"after {attempts} attempts" if attempts > 1 else ""
+            if attempts < self._settings.attempts:
+                after = (f"{after}; a retry would end past the {self._settings.deadline:g} s "
+                         "deadline (RETCON_SANDBOX_MODEL_DEADLINE)").lstrip("; ")
+            return self._error(exc, after)
+        return self._error(exc, "")
+
+    def _announce(self, state: tenacity.RetryCallState) -> None:
         s = self._settings
-        for attempt in range(1, s.attempts + 1):
-            try:
-                return self._once(messages, tools)
-            except RETRYABLE as exc:
-                if attempt == s.attempts:
-                    raise self._error(exc, f"after {s.attempts} attempts") from None
-                wait = backoff(attempt + 1, s.max_wait)
-                self._notice(f"model endpoint {_why_retry(exc, s.timeout)}, retry "
-                             f"{attempt + 1}/{s.attempts} in {wait:g} s…")
-                time.sleep(wait)
-            except openai.OpenAIError as exc:
-                raise self._error(exc, "") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        asked = " (as its Retry-After asks)" if exc is not None and retry_after(exc) else ""
+        self._notice(f"model endpoint {_why_retry(exc, s.timeout)}, retry "
+                     f"{state.attempt_number + 1}/{s.attempts} in {wait:.1f} s{asked}…")
 
     def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
+        s = self._settings
+        sampling = {"temperature": s.temperature, "max_tokens": s.max_tokens, "seed": s.seed}
+        extra.update({key: value for key, value in sampling.items() if value is not None})
         try:
             response = self._client.chat.completions.create(
-                model=self.name, messages=messages, **extra)  # type: ignore[arg-type]
+                model=self.name, messages=_encodable(messages), **extra)
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
@@ -167,7 +268,19 @@ class OpenAIChat:
                           "Check the model settings, then rerun: the run resumes from the spec.")
 
 
-def _why_retry(exc: BaseException, timeout: float) -> str:
+def _encodable(value: Any) -> Any:
+    """The messages, with every byte of a name that is not UTF-8 written `\\xNN` (the request
+    is UTF-8 JSON); the tools map such a name back (`WorkState`)."""
+    if isinstance(value, str):
+        return escape_undecodable(value)
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _encodable(item) for key, item in value.items()}
+    return value
+
+
+def _why_retry(exc: BaseException | None, timeout: float) -> str:
     if isinstance(exc, openai.APITimeoutError):
         return f"slow (no answer within {timeout:g} s)"
     if isinstance(exc, openai.RateLimitError):
@@ -175,6 +288,13 @@ def _why_retry(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, openai.APIStatusError):
         return f"failing (HTTP {exc.status_code})"
     return "unreachable"
+
+
+def _body_message(exc: openai.APIStatusError) -> str:
+    """The error's own message, from its JSON body when there is one."""
+    body = exc.body
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.message)[:300]
 
 
 def _what_it_is(response: object) -> str:

@@ -115,6 +115,7 @@ class StepContext:
     verifier: Verifier
     assignments: Assignments | None = None
     proposals: Proposals | None = None
+    owed: Callable[[], list[str]] | None = None  # paths this commit must still carry
 
 
 # --- the handlers ----------------------------------------------------------------------------
@@ -167,6 +168,12 @@ def _nothing_to_extract(ctx: StepContext, a: dict[str, Any]) -> Outcome:
     if ctx.state.changes() and ctx.state.tree() != ctx.state.base_tree:
         raise ToolFailure("the working state has changes: call create_commit to commit them, "
                           "or undo them first if this commit really has nothing to take")
+    owed = ctx.owed() if ctx.owed else []
+    if owed:
+        raise ToolFailure("these files, named by this commit and by no later one, still differ "
+                          "from the source branch: " + ", ".join(owed) + ". Take this commit's "
+                          "change of them (read_diff with the path shows it) and call "
+                          "create_commit; if you cannot, call report_stuck and say why.")
     return NothingLeft(str(a["reason"]).strip() or "(no reason given)")
 
 

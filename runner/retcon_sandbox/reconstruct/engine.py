@@ -16,6 +16,7 @@ from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
 from retcon_sandbox.reconstruct.steps.remainder import remainder
 from retcon_sandbox.reconstruct.steps.squash import first_parent, squash
 from retcon_sandbox.spec.history import Done, next_step
+from retcon_sandbox.verify.stages import check_runnable
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Result:
 
 
 def run(ctx: Run) -> Result:
+    preflight(ctx)
     prepare_branch(ctx)
     reaped = ctx.backend.reap()
     if reaped:
@@ -35,6 +37,20 @@ def run(ctx: Run) -> Result:
     if ctx.options.squash_wip:
         squash(ctx)
     return finish(ctx)
+
+
+def preflight(ctx: Run) -> None:
+    """Before the branch is created or any entry written, when there is work left: the
+    environment of the tip's tree is prepared (a setup that fails or times out stops here, and
+    the first commit reuses it), and the programs the build and test commands start with exist
+    in it. So exit 1 before the first commit means that nothing was recorded."""
+    if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
+        return
+    if not ctx.settings.setup and not ctx.verifier.runs_anything:
+        return
+    tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
+    with ctx.envs.sandbox("preflight", ctx.repo.tree_of(tip)) as opened:
+        check_runnable(opened.box, ctx.verifier.commands)
 
 
 def prepare_branch(ctx: Run) -> None:

@@ -31,11 +31,12 @@ from retcon_sandbox.spec.history import (
     sequence_problems,
     value_of,
 )
+from retcon_sandbox.spec.modeltable import COMMAND_LINE_ONLY, MODEL_KEYS, NO_MODEL, ModelTable
 from retcon_sandbox.spec.settings import BY_KEY as SETTINGS
 from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
 
 BOM = "\ufeff"
-TOP_KEYS = ("source", "remote", "cleaned", "sandbox", "commit")
+TOP_KEYS = ("source", "remote", "cleaned", "sandbox", "model", "commit")
 COMMIT_KEYS = ("message", "hints", "paths", "history")
 
 
@@ -60,6 +61,7 @@ class Spec:
     cleaned: str
     sandbox: SandboxSettings = DEFAULTS
     commits: tuple[CommitSpec, ...] = field(default=())
+    model: ModelTable = NO_MODEL
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -159,7 +161,20 @@ class _Validator:
         if not parsed:
             raise self.fail("[[commit]]", "no commits (add at least one [[commit]] table)")
         return Spec(self.path, names["source"], names["remote"], names["cleaned"],
-                    self.sandbox(doc.get("sandbox")), parsed)
+                    self.sandbox(doc.get("sandbox")), parsed, self.model(doc.get("model")))
+
+    def model(self, table: Any) -> ModelTable:
+        if table is None:
+            return NO_MODEL
+        if not isinstance(table, dict):
+            raise self.fail("model", "expected a table")
+        self.unknown({k: v for k, v in table.items() if k not in COMMAND_LINE_ONLY},
+                     MODEL_KEYS, "[model] → ")
+        try:
+            return ModelTable.parse(table)
+        except SettingError as exc:
+            key, message = exc.args
+            raise self.fail(f"[model] → {key}", message) from None
 
     def sandbox(self, table: Any) -> SandboxSettings:
         if table is None:

@@ -10,6 +10,8 @@ names the command, not a failure of the code for the model to fix.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +75,49 @@ def run_command(box: Sandbox, command: str, which: str, timeout: float) -> Comma
     if result.exit_code in NOT_RUNNABLE and not result.timed_out:
         raise not_runnable(result, which)
     return result
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SHELL_SYNTAX = set("$`;&|<>(){}*?[\\")
+
+
+def first_program(command: str) -> str | None:
+    """The program a shell command starts with, when that can be told without running it (no
+    expansion, no compound command, no PATH of its own)."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return None
+    for word in words:
+        if _ASSIGNMENT.match(word):
+            if word.startswith("PATH="):
+                return None
+            continue
+        if word.startswith("-") or _SHELL_SYNTAX.intersection(word):
+            return None
+        return word
+    return None
+
+
+def check_runnable(box: Sandbox, commands: Commands) -> None:
+    """Before anything is recorded: the program each planned command starts with exists in the
+    sandbox (a command that is not found is a configuration error now, not after the first
+    commit). The tests' program is checked only when no build runs first, which may make it."""
+    for which, _, _ in STAGES:
+        command = commands.planned(which)
+        program = first_program(command) if command else None
+        if which == "test" and commands.planned("build"):
+            return
+        if command is None or program is None:
+            continue
+        quoted = shlex.quote(program)
+        probe = f"test -f {quoted} && test -x {quoted}" if "/" in program else \
+            f"command -v {quoted} >/dev/null"
+        result = box.run(probe, commands.timeout)
+        if not result.passed and not result.timed_out:
+            raise ConfigError(
+                f"the {which} command cannot run in the sandbox ({program}: not found, or not "
+                f"an executable file): {command}", not_runnable(result, which).hint)
 
 
 def run_stages(box: Callable[[], Sandbox], commands: Commands,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import itertools
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +19,48 @@ from typing import IO, Any
 
 import docker
 import docker.errors
+import requests
 
 from retcon_sandbox.backends import engines
-from retcon_sandbox.errors import ImageError, SandboxError
+from retcon_sandbox.errors import ConfigError, ImageError, SandboxError
 
 LABEL_RUN = "retcon-sandbox.run"
 LABEL_SPEC = "retcon-sandbox.spec"
+
+
+CONNECT_DEADLINE_S = 20.0
+
+
+def _connect_deadline() -> float:
+    """Seconds the engine has to answer its first requests (RETCON_SANDBOX_ENGINE_TIMEOUT)."""
+    raw = os.environ.get("RETCON_SANDBOX_ENGINE_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else CONNECT_DEADLINE_S
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"RETCON_SANDBOX_ENGINE_TIMEOUT={raw!r} is not a number greater "
+                          "than 0", "Set it to the seconds the engine has to answer, or unset "
+                          f"it (default {CONNECT_DEADLINE_S:g}).")
+    return value
+
+
+def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) -> SandboxError:
+    """The engine cannot be used: where we looked (DOCKER_HOST's value, or the context or
+    default socket in use), and what to do."""
+    host = os.environ.get("DOCKER_HOST")
+    where = (f"DOCKER_HOST={host}" if host
+             else f"{endpoint.describe()} (DOCKER_HOST is not set)")
+    if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
+        return SandboxError(
+            f"the Docker engine at {where} accepted the connection but did not answer within "
+            f"{deadline:g} s", "Check that DOCKER_HOST names a Docker engine and that it is "
+            "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
+            "a slow one.")
+    return SandboxError(
+        f"no Docker engine answers at {where}: {_first_line(exc)}",
+        "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
+        "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.")
 
 
 class EngineError(SandboxError):
@@ -34,16 +72,15 @@ class DockerEngine:
 
     def __init__(self) -> None:
         self.endpoint = engines.select()
+        deadline = _connect_deadline()
         try:
-            self.client = docker.from_env(timeout=120, environment=self.endpoint.environment)
+            self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
+                                          environment=self.endpoint.environment)
             self.client.ping()
             engines.refuse_unsupported(self.endpoint, self.client.version())
-        except docker.errors.DockerException as exc:
-            raise SandboxError(
-                f"no Docker engine answers at {self.endpoint.describe()}: {_first_line(exc)}",
-                "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
-                "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.",
-            ) from None
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _no_engine(exc, deadline, self.endpoint) from None
+        self.client.api.timeout = 120
 
     def has_image(self, name: str) -> bool:
         try:

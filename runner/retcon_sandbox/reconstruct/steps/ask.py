@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.model.tools import WORK_TOOLS, Assigned, GaveUp, Outcome, StepContext
 from retcon_sandbox.reconstruct.context import Run
@@ -10,9 +12,10 @@ from retcon_sandbox.spec.file import CommitSpec
 
 
 def ask_model(run: Run, commit: CommitSpec, state: WorkState, task: str, label: str,
-              offered: tuple[str, ...] = WORK_TOOLS) -> Outcome:
+              offered: tuple[str, ...] = WORK_TOOLS,
+              owed: Callable[[], list[str]] | None = None) -> Outcome:
     assert run.agent is not None
-    ctx = StepContext(state, run.verifier)
+    ctx = StepContext(state, run.verifier, owed=owed)
     outcome, usage = run.agent.run(ctx, task, f"commit-{commit.number}/{label}", offered)
     run.add_tokens(str(commit.number), usage.total)
     if isinstance(outcome, Assigned):  # not offered in a work step

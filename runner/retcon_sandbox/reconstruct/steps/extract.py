@@ -3,6 +3,8 @@ state, by plain code for `paths` commits, or by the model from the hints."""
 
 from __future__ import annotations
 
+import re
+
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.model.tools import EXTRACT_TOOLS, Committed, GaveUp, NothingLeft
 from retcon_sandbox.paths import Patterns
@@ -26,7 +28,8 @@ def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract) -> Co
                   message=commit.message, hints=commit.hints or "(none)", diff_lines=diff_lines,
                   diffstat=run.repo.diff_stat(working, run.source) or "(empty)",
                   resolution=resolution(step.stuck, step.note))
-    outcome = ask_model(run, commit, state, task, "extract", EXTRACT_TOOLS)
+    outcome = ask_model(run, commit, state, task, "extract", EXTRACT_TOOLS,
+                        owed=lambda: owed_paths(run, commit, state))
     if isinstance(outcome, GaveUp):
         return run.stuck(commit, outcome.summary)
     if isinstance(outcome, NothingLeft):
@@ -35,6 +38,26 @@ def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract) -> Co
     commit, sha = run.make_commit(commit, state, commit.message)
     run.report.emit("creating_commit", number=commit.number, sha=sha)
     return commit
+
+
+def owed_paths(run: Run, commit: CommitSpec, state: WorkState) -> list[str]:
+    """The paths that still differ from the source branch and that this commit names (its
+    `paths`, or its hints by path or file name) while no later commit does: the model may not
+    say "nothing to extract" while one is left, or the commit would vanish from the history."""
+    later = run.spec.commits[commit.number:]
+    return [path for path in run.repo.changed_paths(state.tree(), run.source)
+            if names(commit, path) and not any(names(c, path) for c in later)]
+
+
+def names(commit: CommitSpec, path: str) -> bool:
+    if commit.paths is not None:
+        return Patterns(commit.paths).matches(path)
+    if not commit.hints:
+        return False
+    base = path.rsplit("/", 1)[-1]
+    candidates = (path, base) if "." in base.strip(".") else (path,)
+    return any(re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w/-])", commit.hints)
+               for name in candidates)
 
 
 def take_paths(run: Run, commit: CommitSpec, state: WorkState) -> CommitSpec:

@@ -1,0 +1,72 @@
+"""An engine that cannot be used ends the run at once, naming DOCKER_HOST and its value: one that
+accepts connections and never answers included (no silent hang). No Docker is needed here."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Demo, cli, git
+
+
+@pytest.fixture
+def silent_engine() -> Iterator[str]:
+    """A TCP listener on 127.0.0.1 that accepts every connection and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+def test_an_engine_that_never_answers_ends_within_the_deadline(demo: Demo,
+                                                               silent_engine: str) -> None:
+    before = demo.spec.read_bytes()
+    result = cli("execute", str(demo.spec), "--non-interactive", timeout=120,
+                 env={"DOCKER_HOST": silent_engine, "RETCON_SANDBOX_ENGINE_TIMEOUT": "1"})
+    assert result.code == 1, result.out + result.err
+    assert f"the Docker engine at DOCKER_HOST={silent_engine} accepted the connection but did " \
+        "not answer within 1 s" in result.err
+    assert "RETCON_SANDBOX_ENGINE_TIMEOUT" in result.err and "Traceback" not in result.err
+    assert demo.spec.read_bytes() == before
+    assert git(demo.path, "branch", "--list", "feature-clean") == ""
+
+
+def test_images_and_clean_end_too(silent_engine: str) -> None:
+    env = {"DOCKER_HOST": silent_engine, "RETCON_SANDBOX_ENGINE_TIMEOUT": "1"}
+    for command in (("images", "list"), ("clean",)):
+        result = cli(*command, env=env, timeout=120)
+        assert result.code == 1 and f"DOCKER_HOST={silent_engine}" in result.err, result.err
+
+
+def test_no_engine_names_where_it_looked(demo: Demo) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = cli("execute", str(demo.spec), "--non-interactive", timeout=120,
+                 env={"DOCKER_HOST": f"tcp://127.0.0.1:{port}"})
+    assert result.code == 1, result.out + result.err
+    assert f"no Docker engine answers at DOCKER_HOST=tcp://127.0.0.1:{port}:" in result.err
+
+
+@pytest.mark.parametrize("value", ["0", "soon", "-1"])
+def test_the_deadline_must_be_a_number_greater_than_zero(demo: Demo, value: str) -> None:
+    result = cli("execute", str(demo.spec), "--non-interactive",
+                 env={"RETCON_SANDBOX_ENGINE_TIMEOUT": value})
+    assert result.code == 1 and f"RETCON_SANDBOX_ENGINE_TIMEOUT={value!r} is not a number" \
+        in result.err, result.err
