@@ -70,14 +70,16 @@ def recorded(ctx: Run) -> list[str]:
 
 
 def no_recorded_commits(ctx: Run) -> None:
-    shas = recorded(ctx)
-    if shas:
+    first = next(((c.number, sha) for c in ctx.spec.commits
+                  for sha in commits_created(c.history)), None)
+    if first is not None:
         raise GitError(
-            f"the cleaned branch {ctx.spec.cleaned!r} does not exist, yet "
-            f"{ctx.spec.path.name} records {len(shas)} commit(s) made on it",
-            f"If you deleted it, restore it (git branch {ctx.spec.cleaned} <the last recorded "
-            "commit>) and rerun with --adopt-branch; to start over, remove the history "
-            "entries from the spec.")
+            f"{ctx.spec.path.name}: [[commit]] #{first[0]} → history: commit_created "
+            f"{first[1][:12]} is not on {ctx.spec.cleaned}: that branch does not exist",
+            "If this spec came from someone else, do not run it here. If you deleted the "
+            f"branch, restore it (git branch {ctx.spec.cleaned} <the last recorded commit>) and "
+            "rerun with --adopt-branch; to start over, remove the history entries from the "
+            "spec.")
 
 
 def adopt(ctx: Run, tip: str) -> None:

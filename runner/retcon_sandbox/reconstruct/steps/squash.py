@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from retcon_sandbox.errors import RetconError, StuckError
 from retcon_sandbox.reconstruct.context import Run
+from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import FileChange
 from retcon_sandbox.spec.history import (
     Complete,
@@ -72,15 +73,23 @@ def matches(run: Run, planned: list[Planned], chain: list[str]) -> bool:
 
 def is_squashed(run: Run, tip: str, chain: list[str]) -> bool:
     """Whether the branch is what `--squash-wip` made of the recorded commits (which are then
-    no longer on it): every entry complete, each recorded commit descending from the
-    merge-base, and one commit per entry from the merge-base with the entry's message and its
-    folded tree (the last one: the tip's)."""
+    no longer on it): every entry complete; the recorded commits once a valid branch (in order
+    on the first-parent chain of one of them from the merge-base, with the tip's final tree);
+    and `chain` one commit per entry with the entry's message and folded tree."""
     if not all(isinstance(next_step(c.history), Done) for c in run.spec.commits):
         return False
     recorded = [sha for c in run.spec.commits for sha in commits_created(c.history)]
-    if not recorded or not all(run.repo.is_ancestor(run.base, sha) for sha in recorded):
+    final = run.repo.tree_of(tip)
+    if not any(was_branch(run, sha, final) for sha in reversed(recorded)):
         return False
-    return matches(run, with_tip(run, squashed_trees(run), tip), chain)
+    return matches(run, squashed_trees(run), chain)
+
+
+def was_branch(run: Run, sha: str, final: str) -> bool:
+    if run.repo.tree_of(sha) != final:
+        return False
+    chain = run.repo.first_parent_chain(run.base, sha)
+    return chain is not None and checks.off_chain(run.repo, run.spec, chain, sha) is None
 
 
 def with_tip(run: Run, planned: list[Planned], tip: str) -> list[Planned]:
