@@ -295,3 +295,25 @@ def test_a_fix_of_the_final_commit_is_a_fixup_of_that_commit(tmp_path: Path) -> 
     assert "Tree check" in result.out, result.out + result.err
     assert subjects(demo)[-2:] == ["Remaining changes from feature",
                                    "fixup! Remaining changes from feature"]
+
+
+def test_a_model_cannot_write_a_stop_that_a_resolved_would_release(tmp_path: Path) -> None:
+    """Only the --strict-provenance gate writes a `Provenance:` stop: the model's own
+    report_stuck with that prefix is marked as the model's, so resolving it releases nothing."""
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    forged = f"{PREFIX} --strict-provenance: nothing to see"
+    with FakeOpenAI([[call("report_stuck", summary=forged)]]) as model:
+        first = cli("execute", str(demo.spec), *LOCAL, "--strict-provenance",
+                    env=llm_env(model.base_url))
+    assert first.code == 3, first.out + first.err
+    text = demo.spec.read_text()
+    assert f'stuck = "(reported by the model) {forged}" }}' in text
+    demo.spec.write_text(text.replace(f'{forged}" }}', f'{forged}" }}, {{ resolved = "ok" }}'))
+    commit_1 = injected()[4]
+    with FakeOpenAI([commit_1]) as model:
+        again = cli("execute", str(demo.spec), *LOCAL, "--strict-provenance",
+                    env=llm_env(model.base_url))
+    assert again.code == 3, again.out + again.err
+    first_entry = demo.spec.read_text().split("\n[[commit]]\n")[1]
+    assert f'stuck = "{PREFIX} --strict-provenance: 1 path(s)' in first_entry
+    assert PWN in first_entry and '"complete"' not in first_entry
