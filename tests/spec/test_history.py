@@ -76,12 +76,12 @@ def test_fix_commits_after_resolution_keep_the_note_and_verify_the_newest() -> N
 
 def test_a_provenance_stop_is_resolved_by_a_human_only() -> None:
     stop = Stuck(f"{PROVENANCE_PREFIX} --strict-provenance: 1 path(s) ...")
-    ahead = [Started(), Response("go on"), CommitCreated(A), stop]
+    ahead: list[Entry] = [Started(), Response("go on"), CommitCreated(A), stop]
     assert next_step(ahead) == Blocked(stop.summary)
     assert next_step([Started(), CommitCreated(A), stop, Response("go on")]) == \
         Blocked(stop.summary)
     assert provenance_release([*ahead, Response("go on")]) is None
-    released = [*ahead, Resolved("checked")]
+    released: list[Entry] = [*ahead, Resolved("checked")]
     assert next_step(released) == Verify(A, "checked", stop.summary, interrupted=False)
     assert provenance_release(released) == "checked"
     # a commit made after the human looked is content nobody has seen yet
