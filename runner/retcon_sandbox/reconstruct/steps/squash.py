@@ -2,10 +2,11 @@
 the tree that passed plus the remainder fixups that belong to it (and to the commits before
 it).
 
-Such a folded tree is new: it was never built or tested as it is. Every squashed tree that is not
-the tree of a commit that passed is verified (through the cache, N sandboxes at a time), and the
-branch moves, once, by compare-and-swap, only when every one passes and the final tree is
-unchanged (`history.squash_check`). Otherwise the unsquashed branch stays as it is.
+Such a folded tree is new: it was never built or tested as it is. Every squashed tree that this
+run did not see pass is verified (through your cache, N sandboxes at a time): a `complete` entry
+in the spec proves nothing, the spec may be someone else's. The squashed chain is rooted at the
+merge-base, and the branch moves, once, by compare-and-swap, only when every tree passes and the
+final tree is unchanged (`history.squash_check`). Otherwise the unsquashed branch stays as it is.
 """
 
 from __future__ import annotations
