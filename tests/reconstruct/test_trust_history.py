@@ -112,6 +112,27 @@ def test_an_adopted_branch_of_untested_commits_is_verified_before_squash_keeps_i
     assert demo.git("rev-parse", "feature-clean") == shas[-1]
 
 
+def test_trees_the_squash_makes_from_complete_entries_are_verified(tmp_path: Path) -> None:
+    """A forged history with a fixup: the squash folds it, and the folded trees, which the spec
+    says passed (`complete`), are built and tested before the branch could move."""
+    demo = make_demo(tmp_path / "repo", with_paths=True)
+    shas = forged_chain(demo, base_of(demo))
+    fixup = commit(demo, demo.git("rev-parse", f"{shas[0]}^{{tree}}"), shas[0], "fixup! x")
+    rest = [fixup]
+    for sha in shas[1:]:
+        rest.append(commit(demo, demo.git("rev-parse", f"{sha}^{{tree}}"), rest[-1],
+                           demo.git("log", "-1", "--format=%B", sha)))
+    demo.git("branch", "feature-clean", rest[-1])
+    text = with_histories(demo.spec.read_text(), [shas[0], *rest[1:]])
+    demo.spec.write_text(text.replace(f'{{ commit_created = "{shas[0]}" }}',
+                                      f'{{ commit_created = "{shas[0]}" }}, '
+                                      f'{{ commit_created = "{fixup}" }}'))
+    result = cli("execute", str(demo.spec), *LOCAL, "--squash-wip", "--adopt-branch")
+    assert result.code == 3, result.out + result.err
+    assert "FAIL (exit 1)" in result.out and "was not squashed" in result.err
+    assert demo.git("rev-parse", "feature-clean") == rest[-1]
+
+
 def test_recorded_commits_out_of_order_or_elsewhere_are_refused(demo: Demo) -> None:
     assert cli("execute", str(demo.spec), *LOCAL).code == 0
     made = demo.git("rev-list", "--reverse", "main..feature-clean").splitlines()
