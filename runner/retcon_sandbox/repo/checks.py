@@ -10,9 +10,9 @@ from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import (
+    CommitCreated,
     Complete,
     Done,
-    Entry,
     Extract,
     Fresh,
     commits_created,
@@ -100,9 +100,9 @@ def off_chain(repo: Repo, spec: Spec, chain: list[str], tip: str) -> OffChain | 
         for entry in commit.history:
             if isinstance(entry, Complete):
                 done = True
-            sha = _sha(entry)
-            if sha is None:
+            if not isinstance(entry, CommitCreated):
                 continue
+            sha = entry.sha
             position = where.get(sha)
             if position is None and pending is None and sha == recorded[-1] and \
                     not isinstance(next_step(commit.history), Done) and \
@@ -116,11 +116,6 @@ def off_chain(repo: Repo, spec: Spec, chain: list[str], tip: str) -> OffChain | 
             else:
                 main_end = position
     return next((OffChain(n, sha) for n, sha, at in late if at <= main_end), None)
-
-
-def _sha(entry: Entry) -> str | None:
-    shas = commits_created([entry])
-    return shas[0] if shas else None
 
 
 def source_names(repo: Repo, revs: Revisions) -> None:
