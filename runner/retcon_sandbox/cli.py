@@ -201,6 +201,12 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
         p.add_argument("--strict-provenance", action="store_true",
                        help="stop (stuck) at a commit that gives a path content found in neither "
                        "the base nor the source, until a human resolves it")
+        p.add_argument("--accept-provenance", action="store_true",
+                       help="release the --strict-provenance stops already recorded in SPEC "
+                       "(recorded as `resolved`), once you have checked the paths they name")
+        p.add_argument("--adopt-branch", action="store_true",
+                       help="work on an existing cleaned branch that this spec's runs did not "
+                       "create (its commits are kept under the new ones)")
         p.add_argument("--non-interactive", action="store_true",
                        help="never ask for a resolution note; stop with exit 3")
         p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")

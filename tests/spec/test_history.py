@@ -1,6 +1,7 @@
 """The state machine, without I/O: what a commit needs next, from its history alone."""
 
 from retcon_sandbox.spec.history import (
+    PROVENANCE_PREFIX,
     Blocked,
     CommitCreated,
     Complete,
@@ -14,6 +15,7 @@ from retcon_sandbox.spec.history import (
     Stuck,
     Verify,
     next_step,
+    provenance_release,
 )
 
 A, B = "a" * 40, "b" * 40
@@ -70,3 +72,22 @@ def test_fix_commits_after_resolution_keep_the_note_and_verify_the_newest() -> N
     history: list[Entry] = [Started(), CommitCreated(A), Stuck("s"), Resolved("r"),
                             CommitCreated(B)]
     assert next_step(history) == Verify(B, "r", "s", interrupted=True)
+
+
+def test_a_provenance_stop_is_resolved_by_a_human_only() -> None:
+    stop = Stuck(f"{PROVENANCE_PREFIX} --strict-provenance: 1 path(s) ...")
+    ahead: list[Entry] = [Started(), Response("go on"), CommitCreated(A), stop]
+    assert next_step(ahead) == Blocked(stop.summary)
+    assert next_step([Started(), CommitCreated(A), stop, Response("go on")]) == \
+        Blocked(stop.summary)
+    assert provenance_release([*ahead, Response("go on")]) is None
+    released: list[Entry] = [*ahead, Resolved("checked")]
+    assert next_step(released) == Verify(A, "checked", stop.summary, interrupted=False)
+    assert provenance_release(released) == "checked"
+    # a commit made after the human looked is content nobody has seen yet
+    assert provenance_release([*released, CommitCreated(B)]) is None
+    # a `resolved` of an earlier stop, or of another kind of stop, releases nothing
+    assert provenance_release([Started(), Stuck("cycle"), Resolved("x"), CommitCreated(A),
+                               stop]) is None
+    assert provenance_release([Started(), CommitCreated(A), Stuck("cycle"),
+                               Resolved("x")]) is None

@@ -30,9 +30,10 @@ from retcon_sandbox.reconstruct import engine
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
 from retcon_sandbox.repo import checks
+from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, make_reporter
 from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
-from retcon_sandbox.spec.history import Blocked, Done, next_step
+from retcon_sandbox.spec.history import PROVENANCE_PREFIX, Blocked, Done, next_step
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.verify.cache import Cache
 from retcon_sandbox.verify.pool import default_jobs
@@ -63,6 +64,8 @@ class ExecuteOptions:
     pass_env: tuple[str, ...] = ()
     allow_pull: bool = False
     strict_provenance: bool = False
+    accept_provenance: bool = False
+    adopt_branch: bool = False
     setup_network: str = "registries"
     setup_registry: tuple[str, ...] = ()
     setup_disk: int = hostaccess.SETUP_DISK
@@ -80,6 +83,7 @@ class ExecuteOptions:
                    no_cache=args.no_cache, jobs=args.jobs,
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
                    strict_provenance=args.strict_provenance,
+                   accept_provenance=args.accept_provenance, adopt_branch=args.adopt_branch,
                    setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
@@ -109,10 +113,11 @@ def execute(options: ExecuteOptions) -> int:
         checks.path_patterns(repo, spec, tip, revs.source)
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed
-                             ).settings(spec.model)
+                             ).settings(spec.model) \
+            if needs_model(repo, spec, tip, revs.source) else None
         require_model(spec, model)
         interactive = not options.non_interactive and not options.json and sys.stdin.isatty()
-        stop_if_blocked(spec, interactive, reporter)
+        stop_if_blocked(spec, interactive, reporter, options.accept_provenance)
         settings = sandbox_settings(spec, options.image, options.build, options.test,
                                     options.timeout, reporter, dict(options.limits))
         backend = make_backend(options.sandbox, spec, settings, access,
@@ -131,7 +136,9 @@ def execute(options: ExecuteOptions) -> int:
                             backend.environment() + envs.describe())
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
-                             strict_provenance=options.strict_provenance),
+                             strict_provenance=options.strict_provenance,
+                             accept_provenance=options.accept_provenance,
+                             adopt_branch=options.adopt_branch),
                   settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base)
@@ -146,13 +153,24 @@ def execute(options: ExecuteOptions) -> int:
     return EXIT_OK if result.trees_equal else EXIT_ERROR
 
 
-def stop_if_blocked(spec: Spec, interactive: bool, reporter: Reporter) -> None:
+def needs_model(repo: Repo, spec: Spec, tip: str, source: str) -> bool:
+    """Whether this run can ask a model anything: a commit still to do, or a remainder to
+    assign. A rerun of a complete run (to squash, say) needs none: no key, no request."""
+    if any(not isinstance(next_step(c.history), Done) for c in spec.commits):
+        return True
+    return repo.tree_of(tip) != repo.tree_of(source)
+
+
+def stop_if_blocked(spec: Spec, interactive: bool, reporter: Reporter,
+                    accept_provenance: bool = False) -> None:
     """The first commit to work on is stuck and nobody can be asked: stop before anything."""
     for commit in spec.commits:
         step = next_step(commit.history)
         if isinstance(step, Done):
             continue
-        if isinstance(step, Blocked) and not interactive:
+        released = accept_provenance and isinstance(step, Blocked) and \
+            step.summary.startswith(PROVENANCE_PREFIX)
+        if isinstance(step, Blocked) and not interactive and not released:
             reporter.emit("resume", number=commit.number, total=len(spec.commits),
                           subject=commit.subject)
             raise blocked_error(spec.path.name, commit, step.summary, previously=True)

@@ -24,6 +24,7 @@ from retcon_sandbox.repo.provenance import Provenance
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
 from retcon_sandbox.spec.history import (
+    PROVENANCE_PREFIX,
     Budgets,
     CommitCreated,
     Entry,
@@ -48,6 +49,8 @@ class RunOptions:
     budgets: Budgets = field(default_factory=Budgets)
     strict_provenance: bool = False
     jobs: int = 1
+    accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
+    adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
 
 
 @dataclass
@@ -137,7 +140,11 @@ class Run:
         state.committed(tree)
         return commit, sha
 
-    def stuck(self, commit: CommitSpec, summary: str) -> CommitSpec:
+    def stuck(self, commit: CommitSpec, summary: str, provenance: bool = False) -> CommitSpec:
+        """Record a stop. Only the --strict-provenance gate (`provenance`) writes a summary with
+        its prefix: a model's summary that begins the same way is marked as the model's."""
+        if not provenance and summary.startswith(PROVENANCE_PREFIX):
+            summary = f"(reported by the model) {summary}"
         commit = self.append(commit, Stuck(summary))
         step = next_step(list(commit.history))
         if isinstance(step, Extract | Verify) and step.note:

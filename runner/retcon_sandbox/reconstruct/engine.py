@@ -14,8 +14,9 @@ from retcon_sandbox.errors import GitError
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
 from retcon_sandbox.reconstruct.steps.remainder import remainder
-from retcon_sandbox.reconstruct.steps.squash import first_parent, squash
-from retcon_sandbox.spec.history import Done, next_step
+from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
+from retcon_sandbox.repo import checks
+from retcon_sandbox.spec.history import Done, commits_created, next_step
 from retcon_sandbox.verify.stages import check_runnable
 
 
@@ -26,6 +27,7 @@ class Result:
 
 
 def run(ctx: Run) -> Result:
+    check_branch(ctx)
     preflight(ctx)
     prepare_branch(ctx)
     reaped = ctx.backend.reap()
@@ -53,22 +55,101 @@ def preflight(ctx: Run) -> None:
         check_runnable(opened.box, ctx.verifier.commands)
 
 
-def prepare_branch(ctx: Run) -> None:
+CREATED = "create at merge-base"  # the reflog's reason when a run creates the cleaned branch
+
+
+def check_branch(ctx: Run) -> None:
+    """Check the cleaned branch before anything runs or is written: a branch this spec's runs
+    did not make is adopted only with --adopt-branch, and every commit the history records must
+    be on it, in order (`checks.off_chain`)."""
     cleaned = ctx.spec.cleaned
     tip = ctx.repo.branch_sha(cleaned)
     if tip is None:
-        if ctx.repo.clear_interrupted_update(cleaned, ctx.base):
-            ctx.report.emit("warning", message=f"removed the lock a killed creation of "
-                            f"{cleaned} left")
-        ctx.repo.update_branch(cleaned, ctx.base, None, "create at merge-base")
-        ctx.report.emit("branch_created", branch=cleaned, base=ctx.base)
+        no_recorded_commits(ctx)
         return
     if not ctx.repo.is_ancestor(ctx.base, tip):
         raise GitError(
             f"the cleaned branch {cleaned!r} ({tip[:12]}) does not descend from the merge-base "
             f"of {ctx.spec.source} and {ctx.spec.remote} ({ctx.base[:12]})",
             f"Delete it (git branch -D {cleaned}) or name another `cleaned` branch in the spec.")
+    adopt(ctx, tip)
+    recorded_on_branch(ctx, tip)
+
+
+def prepare_branch(ctx: Run) -> None:
+    """Create the cleaned branch at the merge-base (checked by `check_branch` first), or go on
+    on the existing one."""
+    cleaned = ctx.spec.cleaned
+    tip = ctx.repo.branch_sha(cleaned)
+    if tip is None:
+        if ctx.repo.clear_interrupted_update(cleaned, ctx.base):
+            ctx.report.emit("warning", message=f"removed the lock a killed creation of "
+                            f"{cleaned} left")
+        ctx.repo.update_branch(cleaned, ctx.base, None, CREATED)
+        ctx.report.emit("branch_created", branch=cleaned, base=ctx.base)
+        return
     ctx.report.emit("branch_continued", branch=cleaned, tip=tip)
+
+
+def recorded(ctx: Run) -> list[str]:
+    return [sha for c in ctx.spec.commits for sha in commits_created(c.history)]
+
+
+def no_recorded_commits(ctx: Run) -> None:
+    first = next(((c.number, sha) for c in ctx.spec.commits
+                  for sha in commits_created(c.history)), None)
+    if first is not None:
+        raise GitError(
+            f"{ctx.spec.path.name}: [[commit]] #{first[0]} → history: commit_created "
+            f"{first[1][:12]} is not on {ctx.spec.cleaned}: that branch does not exist",
+            "If this spec came from someone else, do not run it here. If you deleted the "
+            f"branch, restore it (git branch {ctx.spec.cleaned} <the last recorded commit>) and "
+            "rerun with --adopt-branch; to start over, remove the history entries from the "
+            "spec.")
+
+
+def adopt(ctx: Run, tip: str) -> None:
+    """An existing branch is ours when its reflog begins with this tool creating it at this
+    merge-base (a reflog is local: nothing a spec or a fetch brings can write it) and it is
+    where this spec works: at the merge-base, or holding commits the spec records (so your own
+    commits on top after a stuck are kept). Anything else needs --adopt-branch."""
+    cleaned = ctx.spec.cleaned
+    created = ctx.repo.created_as(cleaned)
+    ours = created == (ctx.base, f"retcon-sandbox: {CREATED}") and \
+        (tip == ctx.base or bool(recorded(ctx)))
+    if ours:
+        return
+    if not ctx.options.adopt_branch:
+        raise GitError(
+            f"the cleaned branch {cleaned!r} already exists ({tip[:12]}), and no run of "
+            f"{ctx.spec.path.name} created it",
+            f"Name a new `cleaned` branch in the spec (the usual case), or delete this one (git "
+            f"branch -D {cleaned}) if it is an old result of yours. To add commits on top of "
+            "it anyway, rerun with --adopt-branch.")
+    ctx.report.emit("warning", message=f"--adopt-branch: working on the existing branch "
+                    f"{cleaned} ({tip[:12]}), which this spec's runs did not create")
+
+
+def recorded_on_branch(ctx: Run, tip: str) -> None:
+    cleaned = ctx.spec.cleaned
+    chain = ctx.repo.first_parent_chain(ctx.base, tip)
+    if chain is None:
+        raise GitError(
+            f"the cleaned branch {cleaned!r} ({tip[:12]}) does not reach the merge-base "
+            f"({ctx.base[:12]}) through first parents",
+            f"A reconstruction is a straight line of commits on the merge-base. Delete it (git "
+            f"branch -D {cleaned}) or name another `cleaned` branch in the spec.")
+    found = checks.off_chain(ctx.repo, ctx.spec, chain, tip)
+    if found is None or is_squashed(ctx, tip, chain):
+        return
+    raise GitError(
+        f"{ctx.spec.path.name}: [[commit]] #{found.number} → history: commit_created "
+        f"{found.sha[:12]} is not on {cleaned} ({ctx.base[:12]}..{tip[:12]}, first parents) "
+        "where the history puts it",
+        "The spec and the branch disagree, so neither says what was built and tested. If the "
+        "spec came from someone else, do not run it on this branch. If it is yours, reset the "
+        f"branch to the last commit the spec records (git branch -f {cleaned} <sha>), or remove "
+        "the history entries of the commits that are not on it, then rerun.")
 
 
 def finish(ctx: Run) -> Result:

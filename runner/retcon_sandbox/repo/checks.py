@@ -9,7 +9,15 @@ from retcon_sandbox.errors import GitError, SpecError
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.spec.file import Spec
-from retcon_sandbox.spec.history import Extract, Fresh, commits_created, next_step
+from retcon_sandbox.spec.history import (
+    CommitCreated,
+    Complete,
+    Done,
+    Extract,
+    Fresh,
+    commits_created,
+    next_step,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,54 @@ def recorded_commits(repo: Repo, spec: Spec) -> None:
                                 f"commit_created {sha[:12]} does not exist in this repository",
                                 "Was the spec written for another clone? Remove the entries of "
                                 "commits that do not exist, then rerun.")
+
+
+@dataclass(frozen=True)
+class OffChain:
+    """A recorded commit that is not where the history says: on the cleaned branch's
+    first-parent chain from the merge-base, after the commits recorded before it."""
+
+    number: int
+    sha: str
+
+
+def off_chain(repo: Repo, spec: Spec, chain: list[str], tip: str) -> OffChain | None:
+    """The first recorded commit that does not lie, in order, on `chain` (the cleaned branch's
+    first-parent chain from the merge-base to `tip`), or None when all do.
+
+    Each history's commits are in order; the commits made before each `complete` (the logical
+    commits and their fixes) are in the spec's order, and the ones after it (remainder fixups)
+    come after all of those. Commits of your own between them are fine. One commit may be just
+    past the tip: the newest commit of a history, recorded by a run killed before it moved the
+    branch there (its parent is the tip; the run finishes that update).
+    """
+    where = {sha: i for i, sha in enumerate(chain)}
+    pending: str | None = None
+    main_end = -1
+    late: list[tuple[int, str, int]] = []  # (number, sha, position) after a `complete`
+    for commit in spec.commits:
+        previous = -1
+        done = False
+        recorded = commits_created(commit.history)
+        for entry in commit.history:
+            if isinstance(entry, Complete):
+                done = True
+            if not isinstance(entry, CommitCreated):
+                continue
+            sha = entry.sha
+            position = where.get(sha)
+            if position is None and pending is None and sha == recorded[-1] and \
+                    not isinstance(next_step(commit.history), Done) and \
+                    repo.parent_of(sha) == tip:
+                pending, position = sha, len(chain)
+            if position is None or position <= previous or (not done and position <= main_end):
+                return OffChain(commit.number, sha)
+            previous = position
+            if done:
+                late.append((commit.number, sha, position))
+            else:
+                main_end = position
+    return next((OffChain(n, sha) for n, sha, at in late if at <= main_end), None)
 
 
 def source_names(repo: Repo, revs: Revisions) -> None:

@@ -250,6 +250,27 @@ class Repo:
             raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
         return data
 
+    def first_parent_chain(self, base: str, tip: str) -> list[str] | None:
+        """The commits from `base` (excluded) to `tip`, oldest first, following first parents
+        only; None when that walk from `tip` does not pass through `base`."""
+        if tip == base:
+            return []
+        chain = self._git("rev-list", "--first-parent", "--reverse", "--end-of-options", tip,
+                          f"^{base}").split()
+        if not chain or self.parent_of(chain[0]) != base:
+            return None
+        return chain
+
+    def created_as(self, branch: str) -> tuple[str, str] | None:
+        """(sha, message) of the oldest entry of `branch`'s reflog: how this branch came to be
+        in this repository (deleting a branch deletes its reflog). None without a reflog."""
+        try:
+            out = self._git("reflog", "show", "--format=%H %gs", f"refs/heads/{branch}", "--")
+        except GitError:
+            return None
+        lines = out.splitlines()
+        return (lines[-1][:40], lines[-1][41:]) if lines else None
+
     def log(self, base: str, tip: str) -> list[tuple[str, str]]:
         out = self._git("log", "--reverse", "--format=%H %s", f"{base}..{tip}")
         return [(line[:40], line[41:]) for line in out.splitlines() if line]
@@ -322,8 +343,8 @@ class Repo:
     def update_branch(self, branch: str, new: str, old: str | None, reason: str) -> None:
         """Compare-and-swap: move refs/heads/<branch> to `new` only if it is still at `old`."""
         try:
-            self._git("update-ref", "-m", f"retcon-sandbox: {reason}", f"refs/heads/{branch}",
-                      new, old or ZERO)
+            self._git("update-ref", *(() if old else ("--create-reflog",)), "-m",
+                      f"retcon-sandbox: {reason}", f"refs/heads/{branch}", new, old or ZERO)
         except GitError as exc:
             lock = self._ref_lock(branch)
             if os.path.lexists(lock):

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
+from retcon_sandbox.spec.history import PROVENANCE_PREFIX
 
-PREFIX = "Provenance:"
+PREFIX = PROVENANCE_PREFIX
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ class NothingToExtract:
 Entry = Started | Complete | CommitCreated | Stuck | Resolved | Response | NothingToExtract
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
+PROVENANCE_PREFIX = "Provenance:"  # how a --strict-provenance stop's summary begins
 
 
 @dataclass(frozen=True)
@@ -123,17 +124,39 @@ def resolution_note(history: Sequence[Entry]) -> str | None:
 
     A `resolved` or `response` written after the stuck resolves it; so does a `response` written
     before it, ahead of time, that no earlier stuck used up.
+    A --strict-provenance stop is resolved by a `resolved` only: a human looks at what the
+    commit brings after it stopped; no answer written beforehand can do that.
     """
     last_stuck = _last_index(history, Stuck)
     if last_stuck is None:
         return None
+    human_only = is_provenance_stop(history[last_stuck])
     for entry in reversed(history[last_stuck + 1 :]):
         if isinstance(entry, Resolved):
             return entry.note
-        if isinstance(entry, Response):
+        if isinstance(entry, Response) and not human_only:
             return entry.text
-    ahead = pending_response(history[:last_stuck])
+    ahead = None if human_only else pending_response(history[:last_stuck])
     return ahead.text if ahead else None
+
+
+def is_provenance_stop(entry: Entry) -> bool:
+    return isinstance(entry, Stuck) and entry.summary.startswith(PROVENANCE_PREFIX)
+
+
+def provenance_release(history: Sequence[Entry]) -> str | None:
+    """The note of the `resolved` that released the newest --strict-provenance stop, or None.
+
+    Only a `resolved` written after that stop releases it, and only while no commit was made
+    since: a new commit is new content, which a human has not looked at yet.
+    """
+    last_stuck = _last_index(history, Stuck)
+    if last_stuck is None or not is_provenance_stop(history[last_stuck]):
+        return None
+    after = history[last_stuck + 1 :]
+    if any(isinstance(e, CommitCreated) for e in after):
+        return None
+    return next((e.note for e in reversed(after) if isinstance(e, Resolved)), None)
 
 
 def last_stuck_summary(history: Sequence[Entry]) -> str | None:

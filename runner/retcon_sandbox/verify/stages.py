@@ -163,6 +163,7 @@ class Verifier:
         self.report = report
         self.cache = cache
         self.environment = environment
+        self.passed_here: set[str] = set()  # trees this process built and tested, that passed
 
     @property
     def key(self) -> Key:
@@ -180,6 +181,8 @@ class Verifier:
         return self.cache.get(tree, self.key, self.commands.timeout)
 
     def record(self, tree: str, outcome: Outcome) -> None:
+        if outcome.passed and outcome.stages and not outcome.cached:
+            self.passed_here.add(tree)
         if self.cache is not None and outcome.stages and not outcome.cached:
             self.cache.put(tree, self.key, outcome)
 

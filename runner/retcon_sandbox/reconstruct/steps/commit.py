@@ -10,6 +10,7 @@ from retcon_sandbox.reconstruct.steps.extract import extract
 from retcon_sandbox.reconstruct.steps.fixloop import verify
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import (
+    PROVENANCE_PREFIX,
     Blocked,
     Done,
     Extract,
@@ -20,6 +21,8 @@ from retcon_sandbox.spec.history import (
     commits_created,
     next_step,
 )
+
+ACCEPTED = "accepted on the command line (--accept-provenance)"
 
 
 def process(run: Run, number: int) -> None:
@@ -88,7 +91,9 @@ def recover(run: Run, commit: CommitSpec, step: Verify) -> None:
 
 def unblock(run: Run, commit: CommitSpec, step: Blocked, previously: bool = False
             ) -> CommitSpec:
-    note = run.ask(commit, step.summary) if run.ask else None
+    accepted = previously and run.options.accept_provenance and \
+        step.summary.startswith(PROVENANCE_PREFIX)  # only a stop a human saw before this run
+    note = ACCEPTED if accepted else run.ask(commit, step.summary) if run.ask else None
     if note:
         run.report.emit("resolved", number=commit.number, note=note)
         return run.append(commit, Resolved(note))
@@ -103,6 +108,8 @@ def blocked_error(spec_name: str, commit: CommitSpec, summary: str, previously: 
     if previously:
         message = ("Previously stuck - add a `resolved` entry to continue\n"
                    f"  commit #{commit.number} ({commit.subject}): {summary}")
+    accept = " (or, once you have checked them, add --accept-provenance)" \
+        if summary.startswith(PROVENANCE_PREFIX) else ""
     return StuckError(message, f"Edit {spec_name} and add after the `stuck` entry:\n"
                       '    { resolved = "description of what you changed" }\n'
-                      "then rerun the same command.")
+                      f"then rerun the same command{accept}.")

@@ -18,6 +18,7 @@ from retcon_sandbox.spec.history import (
     Made,
     Verify,
     after_failure,
+    provenance_release,
 )
 
 
@@ -25,9 +26,10 @@ def verify(run: Run, commit: CommitSpec, state: WorkState, step: Verify) -> Comm
     failure = run.verifier.check(state, commit.number)
     if failure is None:
         if run.options.strict_provenance:
-            summary = provenance.gate(run.provenance(commit), True, step.stuck, step.note)
+            summary = provenance.gate(run.provenance(commit), True, step.stuck,
+                                      provenance_release(commit.history))
             if summary:
-                return run.stuck(commit, summary)
+                return run.stuck(commit, summary, provenance=True)
         return run.append(commit, Complete())
     decision = after_failure(commit.history, made(run, commit), run.agent is not None,
                              run.options.budgets, failure)
@@ -50,10 +52,27 @@ def verify(run: Run, commit: CommitSpec, state: WorkState, step: Verify) -> Comm
     if state.tree() in {m.tree for m in made(run, commit).values()}:
         run.report.emit("no_progress", number=commit.number,
                         why="the fix returned to an earlier tree")
-    commit, sha = run.make_commit(commit, state, f"fixup! {commit.subject}\n\n{outcome.message}")
+    commit, sha = run.make_commit(commit, state,
+                                  f"fixup! {fixed_subject(run, commit)}\n\n{outcome.message}")
     run.report.emit("fix_done", number=commit.number, sha=sha,
                     message=outcome.message.splitlines()[0] if outcome.message else "")
     return commit
+
+
+def fixed_subject(run: Run, commit: CommitSpec) -> str:
+    """The subject a fix is a `fixup!` of, so that `git rebase --autosquash` folds it into the
+    commit it fixes: the first commit since the last `complete` (the logical commit itself, a
+    remainder fixup of it, or the final `Remaining changes` commit), as git has it."""
+    first = None
+    for entry in commit.history:
+        if isinstance(entry, Complete):
+            first = None
+        elif isinstance(entry, CommitCreated) and first is None:
+            first = entry.sha
+    if first is None or not run.repo.exists(first):
+        return commit.subject
+    subject = run.repo.message_of(first).split("\n", 1)[0]
+    return subject.removeprefix("fixup! ") or commit.subject
 
 
 def made(run: Run, commit: CommitSpec) -> dict[str, Made]:

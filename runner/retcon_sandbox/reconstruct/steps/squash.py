@@ -2,10 +2,11 @@
 the tree that passed plus the remainder fixups that belong to it (and to the commits before
 it).
 
-Such a folded tree is new: it was never built or tested as it is. Every squashed tree that is not
-the tree of a commit that passed is verified (through the cache, N sandboxes at a time), and the
-branch moves, once, by compare-and-swap, only when every one passes and the final tree is
-unchanged (`history.squash_check`). Otherwise the unsquashed branch stays as it is.
+Such a folded tree is new: it was never built or tested as it is. Every squashed tree that this
+run did not see pass is verified (through your cache, N sandboxes at a time): a `complete` entry
+in the spec proves nothing, the spec may be someone else's. The squashed chain is rooted at the
+merge-base, and the branch moves, once, by compare-and-swap, only when every tree passes and the
+final tree is unchanged (`history.squash_check`). Otherwise the unsquashed branch stays as it is.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from dataclasses import dataclass
 
 from retcon_sandbox.errors import RetconError, StuckError
 from retcon_sandbox.reconstruct.context import Run
+from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import FileChange
 from retcon_sandbox.spec.history import (
     Complete,
+    Done,
     KeepBranch,
     NothingToExtract,
     SquashedTree,
     commits_created,
-    passed_commits,
+    next_step,
     squash_check,
 )
 from retcon_sandbox.verify.cache import Outcome
@@ -37,10 +40,7 @@ class Planned:
 
 
 def first_parent(run: Run) -> str:
-    for commit in run.spec.commits:
-        first = commits_created(commit.history)
-        if first:
-            return run.repo.parent_of(first[0]) or run.base
+    """Where the reconstructed commits start: the merge-base, never a commit the spec names."""
     return run.base
 
 
@@ -63,37 +63,71 @@ def squashed_trees(run: Run) -> list[Planned]:
     return planned
 
 
-def passed_trees(run: Run) -> set[str]:
-    """The trees the loop built and tested, and that passed."""
-    return {run.repo.tree_of(sha) for commit in run.spec.commits
-            for sha in passed_commits(commit.history) if run.repo.exists(sha)}
+def matches(run: Run, planned: list[Planned], chain: list[str]) -> bool:
+    """Whether `chain` (first parents, from the merge-base) is already one commit per entry,
+    each with the entry's message and tree."""
+    return len(chain) == len(planned) and all(
+        run.repo.tree_of(sha) == entry.tree
+        and run.repo.message_of(sha).rstrip() == entry.message.rstrip()
+        for sha, entry in zip(chain, planned, strict=True))
+
+
+def is_squashed(run: Run, tip: str, chain: list[str]) -> bool:
+    """Whether the branch is what `--squash-wip` made of the recorded commits (which are then
+    no longer on it): every entry complete; the recorded commits once a valid branch (in order
+    on the first-parent chain of one of them from the merge-base, with the tip's final tree);
+    and `chain` one commit per entry with the entry's message and folded tree."""
+    if not all(isinstance(next_step(c.history), Done) for c in run.spec.commits):
+        return False
+    recorded = [sha for c in run.spec.commits for sha in commits_created(c.history)]
+    final = run.repo.tree_of(tip)
+    if not any(was_branch(run, sha, final) for sha in reversed(recorded)):
+        return False
+    return matches(run, squashed_trees(run), chain)
+
+
+def was_branch(run: Run, sha: str, final: str) -> bool:
+    if run.repo.tree_of(sha) != final:
+        return False
+    chain = run.repo.first_parent_chain(run.base, sha)
+    return chain is not None and checks.off_chain(run.repo, run.spec, chain, sha) is None
+
+
+def with_tip(run: Run, planned: list[Planned], tip: str) -> list[Planned]:
+    """The last entry takes the tip's tree: nothing after it is lost."""
+    last = planned[-1]
+    return [*planned[:-1], Planned(last.number, last.subject, last.message,
+                                   run.repo.tree_of(tip))]
 
 
 def squash(run: Run) -> None:
+    """Rooted at the merge-base only. Every tree of the squashed branch must have passed in this
+    run or in your cache: a `complete` entry in the spec is no proof (the spec may be someone
+    else's). A branch that is already one commit per entry is checked the same way."""
     tip = run.tip()
-    parent = first_parent(run)
-    planned = squashed_trees(run)
-    if len(run.repo.log(parent, tip)) == len(planned):
-        return  # one commit per entry already
-    last = planned[-1]
-    planned[-1] = Planned(last.number, last.subject, last.message,
-                          run.repo.tree_of(tip))  # nothing after it is lost
-    new = parent
-    for entry in planned:
-        new = run.repo.commit_tree(entry.tree, new, entry.message)
+    planned = with_tip(run, squashed_trees(run), tip)
+    chain = run.repo.first_parent_chain(run.base, tip)
+    already = chain is not None and matches(run, planned, chain)
+    new = tip
+    if not already:
+        new = run.base
+        for entry in planned:
+            new = run.repo.commit_tree(entry.tree, new, entry.message)
     outcomes = verify_new_trees(run, planned)
     decision = squash_check(run.repo.tree_of(new), run.repo.tree_of(tip), [
         SquashedTree(p.number, p.subject, outcomes[p.tree].passed if p.tree in outcomes else True)
         for p in planned])
     if isinstance(decision, KeepBranch):
-        raise refusal(run, decision, planned, outcomes, tip)
+        raise refusal(run, decision, planned, outcomes, tip, already)
+    if already:
+        return
     run.repo.update_branch(run.spec.cleaned, new, tip, "squash fix commits")
     run.report.emit("squashed", commits=len(planned), tip=new, old_tip=tip)
 
 
 def verify_new_trees(run: Run, planned: list[Planned]) -> dict[str, Outcome]:
-    """Build and test each squashed tree that no passing commit had."""
-    known = passed_trees(run)
+    """Build and test each squashed tree that this run did not see pass (your cache first)."""
+    known = run.verifier.passed_here
     new = [p for p in planned if p.tree not in known]
     if not new or not run.verifier.runs_anything:
         return {}
@@ -115,7 +149,7 @@ def verify_new_trees(run: Run, planned: list[Planned]) -> dict[str, Outcome]:
 
 
 def refusal(run: Run, decision: KeepBranch, planned: list[Planned],
-            outcomes: dict[str, Outcome], tip: str) -> RetconError:
+            outcomes: dict[str, Outcome], tip: str, already: bool = False) -> RetconError:
     if not decision.stuck:
         return RetconError(f"{decision.summary}; the branch was not moved",
                            "This is a bug in retcon-sandbox; the unsquashed branch is intact.")
@@ -124,6 +158,13 @@ def refusal(run: Run, decision: KeepBranch, planned: list[Planned],
         outcome = outcomes.get(entry.tree)
         if entry.number in decision.failing and outcome and outcome.failure:
             details.append(f"#{entry.number}: " + outcome.failure.splitlines()[0])
+    if already:
+        return StuckError(
+            f"{decision.summary}: {run.spec.cleaned} ({tip[:12]}) is already one commit per "
+            "entry, and not every one of them passes\n  " + "\n  ".join(details),
+            "A `complete` entry is no proof that a tree passed; only this run's results and "
+            "your own cache are. The branch was not moved: fix the failing commit, or start "
+            "again on a new `cleaned` branch.")
     return StuckError(
         f"{decision.summary} once the fixups are folded in; {run.spec.cleaned} was not "
         f"squashed and stays at {tip[:12]}, where every commit passed as it was made\n  "
