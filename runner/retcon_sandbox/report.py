@@ -148,6 +148,20 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
+_WHY = {"new file": "new file", "binary": "binary, compared whole",
+        "large": "large, compared whole", "link": "link or submodule", "mode": "mode changed"}
+
+
+def _invented(item: dict[str, Any] | None) -> str:
+    """What a flagged path holds: `(+3 lines)`, `(new file, +12 lines)`, `(binary, …)`."""
+    if item is None:
+        return ""
+    parts = [_WHY.get(item["why"], sanitize_name(item["why"]))] if item["why"] else []
+    if item["lines"]:
+        parts.append(f"+{item['lines']} line{'s' if item['lines'] != 1 else ''}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _summary(d: dict[str, Any]) -> str:
     lines = ["", "Complete!" if d["complete"] else "Stopped."]
     if d.get("squashed") and d["fixes"]:
@@ -162,10 +176,16 @@ def _summary(d: dict[str, Any]) -> str:
                      + _indent(item["reason"], "    ").lstrip())
     for item in d.get("provenance") or ():
         foreign = set(item["foreign"])
-        shown = [("⚠ " if p in foreign else "") + sanitize_name(p) for p in item["novel"][:8]]
+        what = {i["path"]: i for i in item.get("invented") or ()}
+        shown = [("⚠ " if p in foreign else "") + sanitize_name(p) + _invented(what.get(p))
+                 for p in item["novel"][:8]]
         more = f", … ({len(item['novel']) - 8} more)" if len(item["novel"]) > 8 else ""
         lines.append(f"  Content in neither base nor source, #{item['number']} "
                      f"{item['subject']}: " + ", ".join(shown) + more)
+        first = next((i for i in item.get("invented") or () if i["first"]), None)
+        if first is not None:
+            lines.append(f"    first invented line, {sanitize_name(first['path'])}: "
+                         + sanitize_name(first["first"]))
     if any(item["foreign"] for item in d.get("provenance") or ()):
         lines.append("    ⚠ marks paths that exist in neither: check them before you push.")
     tokens = d.get("tokens") or {}

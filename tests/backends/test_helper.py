@@ -5,15 +5,19 @@ The same helper runs inside every container; the Docker tier repeats the hostile
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.archive import TarStream, of_bytes
-from retcon_sandbox.backends.api import HelperSandbox, ToolFailure
+from retcon_sandbox.backends.api import HelperSandbox, Sandbox, ToolFailure
 from retcon_sandbox.backends.local import LocalBackend
+from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.repo.gitrepo import Repo
 
 
 def tar_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> TarStream:
@@ -142,3 +146,22 @@ def test_list_files_answers_a_bounded_number_of_names(box: HelperSandbox) -> Non
     assert box.run("mkdir many && cd many && seq 20005 | xargs touch", 60).passed
     names = box.list_files("many")
     assert len(names) == 20_001 and names[-1].startswith("[... 5 more names not listed")
+
+
+def test_an_identical_write_is_recorded(tmp_path: Path) -> None:
+    """The sandbox's copy is not the record: a build may have written the very bytes the model
+    then writes. The write is recorded all the same, so the commit holds what the model wrote."""
+    repo = Repo.init(tmp_path / "repo")
+    sha = repo.commit_files("main", {"app.py": "x = 1\n"}, "base")
+    with contextlib.ExitStack() as stack:
+        def opener(tree: str) -> Sandbox:
+            opened = stack.enter_context(LocalBackend().open("t"))
+            opened.load_tree(repo.tree_tar(tree, 1 << 20))
+            return opened
+
+        state = WorkState(repo, opener, repo.tree_of(sha), sha, 1 << 20)
+        result = state.box.run("printf 'x = 2\\n' > app.py", 30)  # what a build may do
+        assert result.exit_code == 0
+        assert "no changes" in state.write_file("app.py", "x = 2\n")
+        assert [c.path for c in state.changes()] == ["app.py"]
+        assert repo.blob(repo.ls_tree(state.tree())["app.py"].sha) == b"x = 2\n"

@@ -336,6 +336,12 @@ def test_demo_with_a_model_uses_hints(tmp_path: Path) -> None:
     spec_text = (tmp_path / "demo" / "history-spec.toml").read_text()
     assert "\npaths = " not in spec_text and "hints only: a model extracts" in spec_text
     assert "Tree check: feature-clean == feature ✓" in result.out
+    # the one line the model invented: its first, broken attempt at commit 2 (fixed after)
+    flagged = [line for line in result.out.splitlines() if "neither" in line]
+    assert flagged == ["  Content in neither base nor source, #2 feat: discount codes: "
+                       "shop/discounts.py (+2 lines)"], result.out
+    assert "first invented line, shop/discounts.py: def discounted_total(cart, code=None:" \
+        in result.out
     no_model = cli("demo", "--llm", "--sandbox", "local", "--directory", str(tmp_path / "d2"))
     assert no_model.code == 1 and "need a model" in no_model.err
 

@@ -142,6 +142,8 @@ def test_a_planted_and_removed_file_is_reported(tmp_path: Path) -> None:
     summary = next(e for e in map(json.loads, result.out.splitlines())
                    if e["event"] == "summary")
     assert [o["foreign"] for o in summary["provenance"] if o["number"] == 1] == [[PWN]]
+    first = next(o for o in summary["provenance"] if o["number"] == 1)
+    assert {"path": PWN, "lines": 1, "first": "on: push", "why": "new file"} in first["invented"]
     with FakeOpenAI(injected()[:5]) as model:
         demo.git("branch", "-D", "feature-clean")
         demo.spec.write_text(demo_project.spec_text(False))

@@ -10,6 +10,7 @@ import pytest
 from retcon_sandbox.errors import ConcurrentEditError, LockedError, SpecError
 from retcon_sandbox.spec.file import SpecFile, load
 from retcon_sandbox.spec.history import CommitCreated, Complete, Started, Stuck
+from tests.conftest import cli
 
 SPEC = '''# My reconstruction plan
 source = "feature-oauth"          # the messy branch
@@ -147,3 +148,49 @@ def test_a_second_run_on_the_same_spec_is_refused(spec_path: Path) -> None:
         other.join()
     with SpecFile(spec_path).locked(spec_path.with_name("spec.lock")):  # free again
         pass
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (('message = "feat: oauth"', 'message = "feat: oauth\\u001b]0;pwned\\u0007"'),
+     "spec.toml: [[commit]] #2 → message: control character U+001B in the subject (first "
+     "line), column 12"),
+    (('message = "feat: oauth"', 'message = "feat:\\toauth"'),
+     "spec.toml: [[commit]] #2 → message: control character U+0009 in the subject"),
+    (('message = "feat: oauth"', 'message = "feat: oauth\\r"'),
+     "spec.toml: [[commit]] #2 → message: control character U+000D in the subject"),
+    (('Why this commit exists."""', 'Why this \\u009b31m commit exists."""'),
+     "spec.toml: [[commit]] #1 → message: control character U+009B in line 3, column 10"),
+    (('Why this commit exists."""', 'Why this \\u007f commit exists."""'),
+     "spec.toml: [[commit]] #1 → message: control character U+007F in line 3"),
+    (('hints = "Move validate_user."', 'hints = "Move\\u0000validate_user."'),
+     "spec.toml: [[commit]] #1 → hints: control character U+0000 in line 1, column 5"),
+    (('hints = """Multi-line', 'hints = """Multi-line\\u0085'),
+     "spec.toml: [[commit]] #2 → hints: control character U+0085 in line 1"),
+    (('hints = """Multi-line', 'hints = """Multi-line\\r'),
+     "spec.toml: [[commit]] #2 → hints: control character U+000D in line 1"),
+])
+def test_control_characters_in_messages_and_hints_are_refused(
+        spec_path: Path, edit: tuple[str, str], message: str) -> None:
+    """A message or hint reaches the commit, the terminal and the model: no escape sequence,
+    carriage return or other control character may ride in. Bodies keep newlines and tabs."""
+    assert edit[0] in SPEC
+    spec_path.write_text(SPEC.replace(*edit))
+    with pytest.raises(SpecError) as info:
+        load(spec_path)
+    assert info.value.message.startswith(message), info.value.message
+
+
+def test_bodies_keep_newlines_and_tabs_and_a_crlf_file_loads(spec_path: Path) -> None:
+    text = SPEC.replace("Why this commit", "Why\tthis commit").replace("hints.", "\thints.")
+    spec_path.write_bytes(text.replace("\n", "\r\n").encode())
+    spec = load(spec_path)
+    assert spec.commits[0].message == "refactor: extract validation\n\nWhy\tthis commit exists."
+    assert spec.commits[1].hints == "Multi-line\n\thints."
+
+
+def test_a_control_character_stops_the_command_as_a_spec_error(spec_path: Path) -> None:
+    spec_path.write_text(SPEC.replace('message = "feat: oauth"', 'message = "feat\\u001b[2J"'))
+    result = cli("execute", str(spec_path), "--sandbox", "local", "--non-interactive")
+    assert result.code == SpecError.exit_code, result.out + result.err
+    assert "[[commit]] #2 → message: control character U+001B" in result.err
+    assert "\x1b" not in result.out + result.err

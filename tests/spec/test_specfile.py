@@ -139,7 +139,7 @@ def test_a_whole_run_keeps_crlf_and_the_bom(tmp_path: Path) -> None:
 
 
 def test_a_spec_with_lone_carriage_returns_in_strings_is_kept(tmp_path: Path) -> None:
-    text = SPEC.replace('hints = "Move validate_user."', 'hints = "Move\\r validate_user."')
+    text = SPEC.replace('build = "make"', 'build = "make\\r all"')  # none in messages or hints
     path = tmp_path / "spec.toml"
     path.write_bytes(crlf(text).encode())
     appended(path, 1, [Started()])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from retcon_sandbox.errors import UsageError
@@ -92,6 +94,39 @@ def test_untrusted_subjects_and_output_are_sanitised() -> None:
 def test_rows_fit_the_width() -> None:
     row = Row(1, "c" * 40, "t", "x" * 300)
     assert len(render_row(row, BOTH, 0.0, 60, 1)) == 60
+
+
+def columns(text: str) -> int:
+    """Terminal columns, counted independently of the code under test."""
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf")
+               else 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+WIDE = ("修复登录页面的问题" * 20, "ｆｕｌｌｗｉｄｔｈ" * 20, "🎉🚀✅" * 40,
+        "e\u0301" * 200, "a\u0308\u0323" * 200, "x修e\u0301🎉" * 60, "🇫🇷🇩🇪" * 40,
+        "\t修" * 100)
+
+
+@pytest.mark.parametrize("subject", WIDE)
+@pytest.mark.parametrize("width", [1, 2, 37, 60, 61, 80])
+def test_rows_fit_the_display_width(subject: str, width: int) -> None:
+    """Wide characters take two columns, combining marks none: a row is cut by columns, never
+    past the terminal's width and never between a character and its marks."""
+    line = render_row(Row(1, "c" * 40, "t", subject), BOTH, 0.0, width, 1)
+    assert columns(line) <= width and line.endswith("…")
+    assert columns(line) >= width - 2  # filled, less at most one wide character
+    body = line[:-1]
+    full = render_row(Row(1, "c" * 40, "t", subject), BOTH, 0.0, 10_000, 1)
+    assert full.startswith(body)
+    assert not unicodedata.combining(full[len(body)])  # the cut falls before a new character
+    pairs = sum(1 for c in body if "\U0001f1e6" <= c <= "\U0001f1ff")
+    assert pairs % 2 == 0  # a flag is never halved
+
+
+def test_a_row_that_fits_is_left_whole() -> None:
+    subject = "修复" * 5
+    line = render_row(Row(1, "c" * 40, "t", subject), BOTH, 0.0, 200, 1)
+    assert line.endswith(subject) and columns(line) < 200
 
 
 def test_totals_and_summary() -> None:

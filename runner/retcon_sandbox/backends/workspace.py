@@ -97,8 +97,9 @@ class WorkState:
         data = content.encode("utf-8")
         mode = self._mode(path)
         result = self.box.write_file(path, data, mode)
-        if result.status != "unchanged":
-            self._changes[path] = FileChange(path, TreeEntry(mode, self.repo.write_blob(data)))
+        # Recorded even when the sandbox's copy already held these bytes: that copy is the
+        # sandbox's (a build may have written it), the record is the host's.
+        self._changes[path] = FileChange(path, TreeEntry(mode, self.repo.write_blob(data)))
         if result.diff:
             return f"{result.summary}\n{result.diff}"
         return result.summary

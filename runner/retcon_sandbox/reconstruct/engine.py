@@ -162,7 +162,9 @@ def finish(ctx: Run) -> Result:
                for c in ctx.spec.commits
                if isinstance(step := next_step(c.history), Done) and step.nothing is not None]
     origins = [{"number": c.number, "subject": c.subject, "novel": list(found.novel),
-                "foreign": list(found.foreign)}
+                "foreign": list(found.foreign),
+                "invented": [{"path": i.path, "lines": i.lines, "first": i.first, "why": i.why}
+                             for i in found.found]}
                for c in ctx.spec.commits if (found := ctx.provenance(c))]
     ctx.report.emit(
         "summary", complete=True, provenance=origins, logical=len(ctx.spec.commits) - len(nothing),

@@ -310,6 +310,20 @@ class Repo:
                 changes.append((path, None if parts[4] == "D" else TreeEntry(parts[1], parts[3])))
         return changes
 
+    def tree_changes_from(self, old: str, new: str
+                          ) -> list[tuple[str, TreeEntry | None, TreeEntry | None]]:
+        """Each path that differs between two trees (or commits), with its entry in `old` and
+        in `new` (None: absent there)."""
+        out = self._git("diff-tree", "-r", "-z", "--no-renames", old, new, strip=False)
+        fields = out.split("\0")
+        changes: list[tuple[str, TreeEntry | None, TreeEntry | None]] = []
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            parts = meta.lstrip(":").split()
+            if len(parts) == 5:
+                changes.append((path, None if parts[4] == "A" else TreeEntry(parts[0], parts[2]),
+                                None if parts[4] == "D" else TreeEntry(parts[1], parts[3])))
+        return changes
+
     def _check_tree(self, base_tree: str, tree: str, changes: list[FileChange]) -> None:
         """The tree differs from its base by exactly the changes asked for."""
         wanted = {c.path: c.entry for c in changes}

@@ -13,6 +13,7 @@ import contextlib
 import difflib
 import fcntl
 import os
+import re
 import tempfile
 import tomllib
 from collections.abc import Iterator
@@ -111,6 +112,10 @@ def _parse_doc(path: Path, text: str) -> dict[str, Any]:
         raise SpecError(f"{path.name}: not valid TOML: {exc}") from None
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
+_SUBJECT_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _suggest(key: str, known: tuple[str, ...] | list[str]) -> str:
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     return f"; did you mean `{close[0]}`?" if close else ""
@@ -140,6 +145,20 @@ class _Validator:
         if not isinstance(value, str):
             raise self.fail(where + key, "expected a string")
         return value
+
+    def printable(self, text: str, where: str, subject: bool) -> None:
+        """No C0 or C1 control character (nor DEL) in a message or hints: they would reach the
+        commit, the terminal and the model as they are. A body may hold newlines and tabs; a
+        message's subject (its first line) neither."""
+        for number, line in enumerate(text.split("\n"), 1):
+            found = _CONTROL.search(line) if number > 1 or not subject else \
+                _SUBJECT_CONTROL.search(line)
+            if found:
+                code = ord(found.group())
+                part = "the subject (first line)" if number == 1 and subject else f"line {number}"
+                allowed = "none" if number == 1 and subject else "only newlines and tabs"
+                raise self.fail(where, f"control character U+{code:04X} in {part}, column "
+                                f"{found.start() + 1} ({allowed} may appear there); remove it")
 
     def spec(self, doc: dict[str, Any]) -> Spec:
         self.unknown(doc, TOP_KEYS, "")
@@ -208,6 +227,8 @@ class _Validator:
         if not message.strip():
             raise self.fail(where + "message", "expected a non-empty commit message")
         hints = self.string(table, "hints", where, required=False) or ""
+        self.printable(message, where + "message", subject=True)
+        self.printable(hints, where + "hints", subject=False)
         paths: tuple[str, ...] | None = None
         if "paths" in table:
             raw = table["paths"]

@@ -7,11 +7,12 @@ through `text.sanitize`; the only control sequences written are the display's ow
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retcon_sandbox.errors import UsageError
-from retcon_sandbox.text import sanitize
+from retcon_sandbox.text import sanitize, sanitize_name
 from retcon_sandbox.verify.cache import Outcome, Stage
 
 # --- the target --------------------------------------------------------------------------------
@@ -109,11 +110,49 @@ def header(width: int, digits: int) -> str:
 def render_row(row: Row, planned: dict[str, bool], now: float, width: int, digits: int) -> str:
     build, tests, seconds, cached = cells(row, planned, now)
     return _fit(f"  {row.number:>{digits}}  {row.sha[:7]:<8} {build:<7} {tests:<7} {seconds:>7}  "
-                f"{cached:<6}  " + sanitize(row.subject), width)
+                f"{cached:<6}  " + sanitize_name(row.subject), width)
 
 
 def _fit(line: str, width: int) -> str:
-    return line if len(line) <= width else line[: max(1, width - 1)] + "…"
+    """The line, cut to at most `width` terminal columns with an ellipsis; a character is never
+    split from the marks that combine with it."""
+    clusters = _clusters(line)
+    if sum(w for _, w in clusters) <= width:
+        return line
+    kept, used = [], 0
+    for text, w in clusters:
+        if used + w > width - 1:
+            break
+        kept.append(text)
+        used += w
+    return "".join(kept) + "…" if width >= 1 else ""
+
+
+def _clusters(line: str) -> list[tuple[str, int]]:
+    """The line as user-perceived characters (a base and the zero-width marks after it; a pair
+    of regional indicators), each with the columns it takes (wide and full-width: 2)."""
+    clusters: list[tuple[str, int]] = []
+    for char in line:
+        w = _columns(char)
+        pair = _regional(char) and clusters and len(clusters[-1][0]) == 1 \
+            and _regional(clusters[-1][0])
+        if clusters and (w == 0 or pair):
+            text, before = clusters[-1]
+            clusters[-1] = (text + char, before + w)
+        else:
+            clusters.append((char, w))
+    return clusters
+
+
+def _columns(char: str) -> int:
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf") \
+            or "\u1160" <= char <= "\u11ff":  # Hangul medial vowels and final consonants
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _regional(char: str) -> bool:
+    return "\U0001f1e6" <= char <= "\U0001f1ff"
 
 
 def failures(rows: Sequence[Row]) -> list[str]:
