@@ -23,7 +23,10 @@ def test_the_text_parses_to_the_groups_with_an_empty_history() -> None:
     assert (spec.source, spec.remote, spec.cleaned) == ("feat/x", "main", "feat/x-clean")
     assert spec.sandbox.build == "make" and spec.sandbox.test is None
     assert spec.sandbox.image == "retcon-sandbox/rust"
-    assert [c.message for c in spec.commits] == ODD
+    # control characters escaped visibly (a spec refuses them), a subject's tab too
+    assert [c.message for c in spec.commits] == [
+        m.replace("\x1b", "\\e").replace("tab\tthere", "tab\\tthere") for m in ODD]
+    assert spec.commits[0].hints == "hint plain" and spec.commits[6].hints == "hint tab\tthere"
     assert [c.paths for c in spec.commits] == [g.paths for g in groups]
     assert all(c.history == () for c in spec.commits)
     assert text.count("history = []") == len(ODD)

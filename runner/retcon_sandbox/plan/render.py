@@ -72,6 +72,13 @@ def path_pattern(path: str) -> str:
     return "?" * lead + text.strip() + "?" * trail if lead or trail else text
 
 
+def spec_safe(text: str, subject: bool) -> str:
+    """A message or hints a spec accepts (messy commit messages are untrusted text): control
+    characters escaped visibly; a body keeps its newlines and tabs, a subject no tab."""
+    first, *rest = sanitize(text).split("\n")
+    return "\n".join([first.replace("\t", "\\t") if subject else first, *rest])
+
+
 def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
               header: str) -> str:
     lines = [f"# {line}" if line else "#" for line in sanitize(header).split("\n")]
@@ -90,8 +97,8 @@ def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
     for key, value in (("build", commands.build), ("test", commands.test)):
         lines.append(f"{key} = {basic_string(value)}" if value else f'# {key} = "..."')
     for group in groups:
-        lines += ["", "[[commit]]", f"message = {toml_string(group.message)}",
-                  f"hints = {toml_string(group.hints)}",
+        lines += ["", "[[commit]]", f"message = {toml_string(spec_safe(group.message, True))}",
+                  f"hints = {toml_string(spec_safe(group.hints, False))}",
                   "paths = [" + ", ".join(basic_string(path_pattern(p)) for p in group.paths)
                   + "]",
                   "history = []"]
