@@ -115,7 +115,7 @@ def spec_text(rng: random.Random) -> str:
              "cleaned = 'feature-clean'  # written by the run\n"]
     sandbox = rng.randrange(4)  # none, dotted keys, an inline table, a [sandbox] table last
     if sandbox == 1:
-        parts.append('sandbox.timeout = 900\nsandbox . "build" = "make"  # dotted keys\n')
+        parts.append('sandbox.timeout = 300\nsandbox . "build" = "make"  # dotted keys\n')
     elif sandbox == 2:
         parts.append('sandbox = { test = "make test", pids = 64 }\n')
     for n in range(1, rng.randrange(1, 5) + 1):
