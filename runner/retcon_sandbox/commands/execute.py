@@ -59,6 +59,7 @@ class ExecuteOptions:
     strict_provenance: bool = False
     setup_network: str = "registries"
     setup_registry: tuple[str, ...] = ()
+    trust_notes: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -71,7 +72,8 @@ class ExecuteOptions:
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
                    strict_provenance=args.strict_provenance,
                    setup_network=args.setup_network,
-                   setup_registry=tuple(args.setup_registry or ()))
+                   setup_registry=tuple(args.setup_registry or ()),
+                   trust_notes=args.trust_notes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,10 +109,11 @@ def execute(options: ExecuteOptions) -> int:
                       transcript=str(transcript) if agent else None)
         envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
                             fresh=options.no_cache)
+        cache = Cache(repo, read=not options.no_cache, trust=options.trust_notes)
+        cache.check()
         verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
-                                     options.skip), reporter,
-                            Cache(repo, read=not options.no_cache),
-                            backend.environment() + envs.describe())
+                                     options.skip), reporter, cache,
+                            backend.environment() + envs.describe(), envs.prepared_id)
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance),
