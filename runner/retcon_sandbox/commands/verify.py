@@ -103,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
             row.state = "running"
 
     def on_done(item: Item, outcome: Outcome) -> None:
-        claim = outcome if outcome.claimed else None if outcome.cached else \
-            verifier.claim(item.tree)
+        claim = verifier.claims.get(item.tree)
         for row in by_tree[item.tree]:
             row.outcome = outcome
             row.claim = claim

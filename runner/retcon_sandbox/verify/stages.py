@@ -123,6 +123,7 @@ class Verifier:
         self.cache = cache
         self.environment = environment
         self.prepared = prepared
+        self.claims: dict[str, Outcome] = {}  # tree -> what others claimed, seen before it ran
 
     @property
     def key(self) -> Key:
@@ -148,20 +149,26 @@ class Verifier:
         if self.cache is None or not self.runs_anything:
             return None
         key = self.key_for(tree)
-        return None if key is None else self.cache.get(tree, key, self.commands.timeout)
-
-    def claim(self, tree: str) -> Outcome | None:
-        """What others claim for `tree` under this key (notes this user's key does not
-        authenticate)."""
-        if self.cache is None or not self.runs_anything:
+        if key is None:
             return None
-        key = self.key_for(tree)
-        return None if key is None else self.cache.claim(tree, key, self.commands.timeout)
+        found = self.cache.get(tree, key, self.commands.timeout)
+        if found is None or found.claimed:
+            self._note_claim(tree, key)
+        return found
+
+    def _note_claim(self, tree: str, key: Key) -> None:
+        """Keep what others claim for `tree` (notes this user's key does not authenticate),
+        before our own result replaces it."""
+        if self.cache is not None and tree not in self.claims:
+            claim = self.cache.claim(tree, key, self.commands.timeout)
+            if claim is not None:
+                self.claims[tree] = claim
 
     def record(self, tree: str, outcome: Outcome, key: Key | None = None) -> None:
         if self.cache is not None and outcome.stages and not outcome.cached:
             key = key or self.key_for(tree)
             if key is not None:
+                self._note_claim(tree, key)
                 self.cache.put(tree, key, outcome)
 
     def run(self, state: WorkState, which: str) -> CommandResult | None:
