@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker import DockerEngine
 from tests.conftest import cli, make_demo
@@ -104,3 +106,25 @@ def test_forged_notes_pass_nothing_in_verify_or_execute(engine: DockerEngine,
     trusted = cli("verify", tip, "--spec", str(demo.spec), "--test", "false", "--trust-notes")
     assert trusted.code == 0, trusted.out + trusted.err
     assert "trusted (--trust-notes), not run" in trusted.out
+
+
+def test_passed_variables_reach_the_key_by_hmac_only(engine: DockerEngine, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    from retcon_sandbox.backends.docker import DockerBackend
+    from retcon_sandbox.spec.settings import DEFAULTS
+
+    def environment(env: dict[str, str]) -> str:
+        return DockerBackend(engine, images.default_image(), DEFAULTS, env,
+                             tmp_path / "spec.toml").environment()
+
+    passed = {"TOKEN": "1234"}
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "k" * 40)
+    first = environment(passed)
+    assert first.startswith(f"docker {engine.image_id(images.default_image())} env:")
+    plain = hashlib.sha256(json.dumps(passed, sort_keys=True).encode()).hexdigest()
+    assert plain[:16] not in first
+    assert environment({"TOKEN": "1235"}) != first
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
+    assert environment(passed) != first

@@ -3,7 +3,10 @@ as an image every later sandbox of those inputs starts from, offline.
 
 An environment is keyed by the base image's ID, the setup commands, the git-metadata choice and
 version tag, and the content of the files `setup_inputs` matches in the tree being prepared for
-(by default the usual manifests and lock files of Python, Node, Rust and Go projects). So each
+(by default the usual manifests and lock files of Python, Node, Rust and Go projects), and of
+every tracked file a setup command names (`setup_files`: the script it runs, a `-r` file, a
+makefile), so a branch cannot change what setup runs and keep another tree's key. The
+verification cache keys each result on the prepared image's own ID too (`prepared_id`). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
 `<prefix>/env:<key>`.

@@ -2,12 +2,13 @@
 notes under `refs/notes/retcon-sandbox`, so a tree is built and tested once per set of inputs.
 
 A result is keyed by the tree (the note is attached to the tree object), the build command, the
-test command and the environment (`Backend.environment()`: the image's ID for Docker, plus
-`Environments.describe()`: the setup commands, its inputs' patterns and the git metadata; the
-inputs' content is in the tree). One note per tree holds JSON lines, one per other key; a new result
-replaces the line of its key. Notes are written with plumbing on a temporary index and the ref
-moves by compare-and-swap, so the user's working tree and index are never touched, and two
-writers never lose each other's results.
+test command and the environment (`Backend.environment()`: the image's ID for Docker and an
+HMAC of the passed variables, plus `Environments.describe()`: the setup commands, its inputs'
+patterns and the git metadata, plus the ID of the prepared environment's image the tree ran in;
+the inputs' content is in the tree). One note per tree holds JSON lines, one per other key; a
+new result replaces the line of its key. Notes are written with plumbing on a temporary index
+and the ref moves by compare-and-swap, so the user's working tree and index are never touched,
+and two writers never lose each other's results.
 
 Passes and failures are both kept: the same inputs give the same result, so the loop and
 `verify` reuse either (a failure's text is what the model reads). `--no-cache` runs everything
