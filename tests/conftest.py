@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = (sys.executable, "-m", "retcon_sandbox")
 NEUTRAL = Path(tempfile.gettempdir())
 SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR", "GIT_INDEX_FILE",
-         "GIT_WORK_TREE")
+         "GIT_WORK_TREE", "XDG_STATE_HOME", "RETCON_SANDBOX_NOTES_KEY")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

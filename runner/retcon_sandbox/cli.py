@@ -174,6 +174,9 @@ def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
                         "environment again")
     parser.add_argument("-j", "--jobs", type=positive_int, metavar="N",
                         help=f"sandboxes at a time for {parallel} (default: the number of cores)")
+    parser.add_argument("--trust-notes", action="store_true",
+                        help="also believe cached results that your key does not authenticate "
+                        "(claimed by others: whoever can push refs/notes/retcon-sandbox)")
 
 
 def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -221,12 +224,15 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
         "Exit 0 when every commit passes, 3 when one fails.")
     p.add_argument("target", nargs="?", metavar="SPEC | REV-RANGE",
                    help="a spec (its cleaned branch, from the merge-base of source and remote) "
-                   "or a revision range such as main..feature")
+                   "or a revision range such as main..feature (one revision alone: that "
+                   "commit only)")
     p.add_argument("--spec", metavar="FILE", help="take the commands and sandbox settings "
                    "from this spec (for a revision range)")
     _repo_option(p)
     p.add_argument("--build", metavar="CMD", help="build command (overrides the spec's)")
     p.add_argument("--test", metavar="CMD", help="test command (overrides the spec's)")
+    p.add_argument("--skip", action="append", choices=("build", "test"), default=[],
+                   help="skip the build or the tests (repeatable), as execute does")
     p.add_argument("--image", help="sandbox image (overrides the spec's)")
     _sandbox_option(p)
     p.add_argument("--timeout", type=positive_float, metavar="S",

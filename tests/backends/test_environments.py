@@ -19,6 +19,7 @@ from retcon_sandbox.backends.environments import (
     environment_key,
     host_ca_bundle,
     inputs,
+    setup_files,
 )
 from retcon_sandbox.backends.local import LocalBackend
 from retcon_sandbox.backends.workspace import WorkState
@@ -57,6 +58,56 @@ def test_the_key_follows_the_inputs_and_nothing_else() -> None:
     other_repository = environment_key("sha256:1", ("pip install -e .",), True, None,
                                        inputs(base, Patterns(DEFAULT_INPUTS)), "/elsewhere/.git")
     assert other_repository != same  # never shared between repositories
+
+
+TREE = {path: TreeEntry("100644", f"{n:040x}") for n, path in enumerate([
+    "scripts/setup.sh", "install.sh", "tools/x.py", "tools/y.sh", "Makefile", "sub/Makefile",
+    "req/dev.txt", "constraints/ci.txt", "vendor/pkg/setup.py", "vendor/pkg/pkg/__init__.py",
+    "src/app.py", "README.md", "docs/requirements.txt", "scripts/lib/real.sh"])}
+
+
+@pytest.mark.parametrize(("command", "named"), [
+    ("sh scripts/setup.sh", {"scripts/setup.sh"}),
+    ("./install.sh", {"install.sh"}),
+    ("bash ./scripts//setup.sh --fast", {"scripts/setup.sh"}),
+    ("python tools/x.py", {"tools/x.py"}),
+    ("python3 -m pip install -r req/dev.txt -c constraints/ci.txt",
+     {"req/dev.txt", "constraints/ci.txt"}),
+    ("pip install -rreq/dev.txt --constraint=constraints/ci.txt",
+     {"req/dev.txt", "constraints/ci.txt"}),
+    ("make", {"Makefile"}),
+    ("make -C sub deps", {"Makefile", "sub/Makefile"}),
+    ("cd tools && ./y.sh", {"tools/x.py", "tools/y.sh"}),
+    ("sh -c 'python tools/x.py'", {"tools/x.py"}),
+    ("sh < install.sh", {"install.sh"}),
+    ("pip install ./vendor/pkg", {"vendor/pkg/setup.py", "vendor/pkg/pkg/__init__.py"}),
+    ("pip install -e .", set()),
+    ("pip install pytest", set()),
+    ("sh $HOME/x.sh /etc/passwd ../outside.sh", set()),
+])
+def test_tracked_files_a_setup_command_names_key_the_environment(command: str,
+                                                                  named: set[str]) -> None:
+    assert setup_files((command,), TREE) == named
+    before = environment_key("sha256:1", (command,), True, None,
+                             inputs(TREE, Patterns(DEFAULT_INPUTS), (command,)))
+    for path in named:
+        changed = {**TREE, path: TreeEntry("100644", "f" * 40)}
+        assert environment_key("sha256:1", (command,), True, None,
+                               inputs(changed, Patterns(DEFAULT_INPUTS), (command,))) != before
+    unrelated = {**TREE, "src/app.py": TreeEntry("100644", "e" * 40)}
+    assert environment_key("sha256:1", (command,), True, None,
+                           inputs(unrelated, Patterns(DEFAULT_INPUTS), (command,))) == before
+
+
+def test_a_named_link_keys_what_it_points_to() -> None:
+    tree = {**TREE, "setup.sh": TreeEntry("120000", "1" * 40),
+            "scripts/run": TreeEntry("120000", "2" * 40)}
+    targets = {"1" * 40: "scripts/run", "2" * 40: "lib/real.sh"}
+    found = setup_files(("sh setup.sh",), tree, lambda entry: targets[entry.sha])
+    assert found == {"setup.sh", "scripts/run", "scripts/lib/real.sh"}
+    loop = {"a": TreeEntry("120000", "3" * 40), "b": TreeEntry("120000", "4" * 40)}
+    cycle = {"3" * 40: "b", "4" * 40: "a"}
+    assert setup_files(("sh a",), loop, lambda entry: cycle[entry.sha]) == {"a", "b"}
 
 
 def test_default_inputs_are_found_at_any_depth() -> None:
@@ -241,3 +292,23 @@ def test_the_readme_lists_every_sandbox_setting() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for setting in SETTINGS:
         assert f"| `{setting.key}` | {setting.shown} | {setting.meaning} |" in readme, setting.key
+
+
+def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Notes are read by others: a digest without a key would let them test guesses of a
+    --pass-env value. Under the user's key, names and values key it, and nothing else can."""
+    import hashlib
+    import json
+
+    passed = {"PIP_INDEX_URL": "https://user:secret@index.example/simple"}
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "k" * 40)
+    first = LocalBackend(passed).environment()
+    env = {"PATH": os.environ.get("PATH", ""), **passed}
+    plain = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
+    assert plain[:16] not in first
+    assert LocalBackend(passed).environment() == first
+    assert LocalBackend({"PIP_INDEX_URL": "other"}).environment() != first
+    assert LocalBackend({"PIP_EXTRA": passed["PIP_INDEX_URL"]}).environment() != first
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
+    assert LocalBackend(passed).environment() != first

@@ -27,7 +27,8 @@ def rows(out: str) -> dict[str, list[str]]:
     for line in table.splitlines():
         parts = line.split()
         if len(parts) >= 5 and parts[0].isdigit() and len(parts[1]) == 7:
-            subject_at = next(i for i, p in enumerate(parts) if i > 4 and p not in ("yes",))
+            subject_at = next(i for i, p in enumerate(parts)
+                              if i > 4 and p not in ("yes", "claim"))
             found[" ".join(parts[subject_at:])] = parts[2:subject_at]
     return found
 
@@ -197,3 +198,99 @@ def test_the_fix_loop_reads_a_cached_failure_instead_of_running_it_again(tmp_pat
     assert "(cached)" in result.out and " s)" not in result.out.split("Commit 1/4")[1]
     assert git(demo.path, "rev-parse", "feature-clean^{tree}") == \
         git(demo.path, "rev-parse", "feature^{tree}")
+
+
+# --- claims: notes this user's key does not authenticate ---------------------------------------
+
+REF = "refs/notes/retcon-sandbox"
+
+
+def forge_passes(demo: Demo, subjects: list[str]) -> None:
+    """What anyone who can push the notes ref can do: claim a pass for failing commits, under
+    the same cache key, sealed with a key of their own."""
+    from retcon_sandbox.repo.gitrepo import Repo
+    from retcon_sandbox.userkey import UserKey
+    from retcon_sandbox.verify.cache import Cache, Key, Outcome, Stage
+
+    repo = Repo(demo.path)
+    forger = Cache(repo, key=UserKey(b"the forger's own key, not the user's", "forger"))
+    for line in demo.git("log", "--format=%T %s", "main..feature").splitlines():
+        tree, subject = line.split(" ", 1)
+        if subject not in subjects:
+            continue
+        record = json.loads(demo.git("notes", "--ref", REF, "show", tree).splitlines()[-1])
+        key = Key(record["build"], record["test"], record["environment"])
+        stages = tuple(Stage(which, command, "PASS", True, False, 0.1)
+                       for which, command in (("build", key.build), ("test", key.test))
+                       if command)
+        forger.put(tree, key, Outcome(stages, None, "", 600))
+
+
+def test_notes_others_wrote_are_claims_and_run_again(demo: Demo) -> None:
+    args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL)
+    assert cli(*args, cwd=demo.path).code == 3
+    forge_passes(demo, ["wip", "tests"])
+    human = cli(*args, cwd=demo.path)
+    assert human.code == 3, human.out + human.err  # the failing commits ran again, and failed
+    table = rows(human.out)
+    assert table["wip"][:2] == ["FAIL", "-"] and table["wip"][-1] != "yes"
+    claims = human.out.split("Claimed by others (notes your key does not authenticate):")[1]
+    assert "#3" in claims and "wip: claimed build PASS, tests PASS; not trusted, ran again: " \
+        "FAIL" in claims
+    assert "10 commits: 8 passed, 2 failed (8 cached)" in human.out
+
+    forge_passes(demo, ["wip", "tests"])
+    as_json = cli(*args, "--json", cwd=demo.path)
+    assert as_json.code == 3
+    verified = {e["subject"]: e for e in map(json.loads, as_json.out.splitlines())
+                if e["event"] == "commit_verified"}
+    assert verified["wip"]["claimed_by_others"] == {
+        "passed": True, "build": "PASS", "tests": "PASS", "trusted": False}
+    assert verified["wip"]["passed"] is False and verified["wip"]["cached"] is False
+    assert verified["docs"]["claimed_by_others"] is None
+
+    forge_passes(demo, ["wip", "tests"])
+    trusted = cli(*args, "--trust-notes", cwd=demo.path)  # the user chose to believe them
+    assert trusted.code == 0, trusted.out + trusted.err
+    assert rows(trusted.out)["wip"][-1] == "claim"
+    assert "trusted (--trust-notes), not run" in trusted.out
+
+
+def test_another_users_results_are_claims_to_them(demo: Demo, tmp_path: Path) -> None:
+    args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL, "--json")
+    assert cli(*args, cwd=demo.path).code == 3
+    other = cli(*args, cwd=demo.path, env={"XDG_STATE_HOME": str(tmp_path / "other")})
+    verified = [json.loads(line) for line in other.out.splitlines() if "commit_verified" in line]
+    assert len(verified) == 10 and not any(e["cached"] for e in verified)  # all ran again
+    shared = {"RETCON_SANDBOX_NOTES_KEY": "a shared secret from the CI's store, 40 chars"}
+    assert cli(*args, cwd=demo.path, env=shared).code == 3
+    again = cli(*args, cwd=demo.path, env=shared)
+    assert all(json.loads(line)["cached"] for line in again.out.splitlines()
+               if "commit_verified" in line)
+
+
+def test_a_corrupted_notes_ref_is_an_error_that_says_how_to_clear_it(demo: Demo) -> None:
+    demo.git("update-ref", REF, demo.git("rev-parse", "main:README.md"))
+    blob = cli("verify", "main..feature", "--test", "true", *LOCAL, cwd=demo.path)
+    demo.git("update-ref", REF, "main")
+    commit = cli("execute", str(demo.spec), *LOCAL, "--non-interactive")
+    for result in (blob, commit):
+        assert result.code == 1 and "Traceback" not in result.err
+        assert f"git update-ref -d {REF}" in result.err, result.err
+    assert demo.git("branch", "--list", "feature-clean") == ""  # nothing was written
+
+
+def test_skip_is_honoured_by_verify(demo: Demo) -> None:
+    args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL, "--json")
+    skipped = cli(*args, "--skip", "test", cwd=demo.path)
+    verified = [json.loads(line) for line in skipped.out.splitlines()
+                if "commit_verified" in line]
+    assert skipped.code == 3 and len(verified) == 10
+    assert all(e["tests"] is None for e in verified)  # not run, and not taken from a cache
+    assert [e["subject"] for e in verified if not e["passed"]] == ["wip"]
+    full = cli(*args, cwd=demo.path)  # a build-only result does not pass the tests
+    assert full.code == 3
+    failed = [json.loads(line) for line in full.out.splitlines() if "commit_verified" in line]
+    assert sorted(e["subject"] for e in failed if not e["passed"]) == ["tests", "wip"]
+    both = cli(*args, "--skip", "build", "--skip", "test", cwd=demo.path)
+    assert both.code == 1 and "not skipped" in both.err

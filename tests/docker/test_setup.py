@@ -361,3 +361,51 @@ def test_a_setup_that_rewrites_the_venv_cannot_reach_the_helper_or_keep_variable
     for tag in prepared(found):
         variables = engine.client.images.get(tag).attrs["Config"]["Env"]
         assert not [v for v in variables if v.startswith("RETCON_PROBE")], variables
+
+
+POISON = ("python3 - <<'EOF'\nimport site\nopen(site.getsitepackages()[0] + '/zz_poison.pth', "
+          "'w').write('import os; os._exit(0)\\n')\nEOF\n")
+
+
+def verify(spec: Path, rev: str, *extra: str) -> tuple[int, list[dict[str, object]], str]:
+    result = cli("verify", rev, "--spec", str(spec), "--json", "--setup-network", "none",
+                 *extra, cwd=spec.parent, timeout=900)
+    found = events(result.out)
+    MADE.extend(prepared(found))
+    return result.code, found, result.out + result.err
+
+
+def test_a_poisoned_environment_passes_nothing_of_the_users(engine: DockerEngine,
+                                                            tmp_path: Path) -> None:
+    """An untrusted branch changes only the script setup runs, to plant a .pth that ends every
+    python3 with exit 0. The user's own failing commit, with the original script, gets an
+    environment of its own; and a result is tied to the very image it ran in: once that image
+    is gone, the result is not reused."""
+    spec = make_project(tmp_path / "poison", {"scripts/setup.sh": f"# {RUN}\ntrue\n",
+                                              "check.py": "raise SystemExit(1)\n"},
+                        {"b.txt": "b\n", "c.txt": "c\n"},
+                        'setup = ["sh scripts/setup.sh"]\ntest = "python3 check.py"',
+                        ["b.txt"], ["c.txt"])
+    root = spec.parent
+    git(root, "checkout", "-q", "-b", "untrusted", "main")
+    (root / "scripts" / "setup.sh").write_text(f"# {RUN}\n{POISON}")
+    git(root, "commit", "-q", "-am", "a harmless-looking change to the setup script")
+    git(root, "checkout", "-q", "main")
+
+    code, found, log = verify(spec, "untrusted")  # the poison works in its own environment
+    assert code == 0 and len(prepared(found)) == 1, log
+    code, found, log = verify(spec, "main")  # the user's commit: not in that environment
+    assert code == 3, log
+    assert len(prepared(found)) == 1, log
+    [row] = [e for e in found if e["event"] == "commit_verified"]
+    assert row["passed"] is False and row["cached"] is False
+
+    code, found, log = verify(spec, "main")  # kept: the result is reused, nothing prepared
+    assert code == 3 and not prepared(found), log
+    assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [True]
+    for tag in set(MADE):
+        if engine.has_image(tag):
+            engine.remove_image(tag)
+    code, found, log = verify(spec, "main")  # its environment is gone: it runs again
+    assert code == 3 and len(prepared(found)) == 1, log
+    assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [False]

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from retcon_sandbox import userkey
+from retcon_sandbox.errors import GitError
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.verify.cache import REF, Cache, Key, Outcome, Stage
+from retcon_sandbox.userkey import UserKey
+from retcon_sandbox.verify.cache import REF, Cache, Key, Outcome, Stage, encode, seal
 from tests.conftest import git
 
 
@@ -121,9 +124,7 @@ def test_two_writers_lose_nothing(repo: tuple[Repo, str]) -> None:
 
 def test_a_note_at_a_fan_out_path_is_read_and_replaced(repo: tuple[Repo, str]) -> None:
     r, tree = repo
-    line = json.dumps({"build": "make", "test": "make test", "environment": KEY.environment,
-                       "passed": True, "stages": [], "failure": None, "tail": "",
-                       "timeout": 600})
+    line = json.dumps(seal(tree, encode(KEY, PASS), userkey.load()))
     blob = git_in(r.root, "hash-object", "-w", "--stdin", input_text=line + "\n")
     fanned = git_in(r.root, "mktree", input_text=f"100644 blob {blob}\t{tree[2:]}\n")
     top = git_in(r.root, "mktree", input_text=f"040000 tree {fanned}\t{tree[:2]}\n")
@@ -180,3 +181,107 @@ def test_a_ref_that_cannot_be_written_stops_caching_not_the_run(
     assert not cache.write
     assert cache.problem and "cannot update refs/notes/retcon-sandbox" in cache.problem
     cache.put(tree, KEY, PASS)  # no further attempt
+
+
+# --- who wrote it: the user's key ------------------------------------------------------------
+
+OTHERS = UserKey(b"someone else's key, not the user's", "test")
+FORGED = Outcome((Stage("build", "make", "PASS", True, False, 0.1),
+                  Stage("test", "make test", "PASS", True, False, 0.1)), None, "", 600)
+
+
+def put_line(r: Repo, tree: str, *records: dict[str, object]) -> None:
+    path = r.root.parent / "forged-note"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    git(r.root, "notes", "--ref", REF, "add", "-f", "-F", str(path), tree)
+
+
+def test_a_note_this_user_did_not_write_is_a_claim_not_a_result(
+        repo: tuple[Repo, str]) -> None:
+    r, tree = repo
+    Cache(r).put(tree, KEY, FAIL)  # the user's own result: the tests fail
+    unsigned = encode(KEY, FORGED)
+    for forged in (unsigned, seal(tree, unsigned, OTHERS), {**unsigned, "mac": "0" * 64}):
+        put_line(r, tree, forged)  # whoever can push the notes ref claims a pass
+        assert Cache(r).get(tree, KEY, 600) is None
+        claim = Cache(r).claim(tree, KEY, 600)
+        assert claim is not None and claim.passed and claim.claimed
+        trusted = Cache(r, trust=True).get(tree, KEY, 600)  # --trust-notes
+        assert trusted is not None and trusted.passed and trusted.claimed
+    Cache(r).put(tree, KEY, FAIL)  # our own line replaces the claim under the same key
+    got = Cache(r).get(tree, KEY, 600)
+    assert got is not None and not got.passed and not got.claimed
+    assert Cache(r).claim(tree, KEY, 600) is None
+
+
+def test_the_mac_covers_the_tree_and_every_field(repo: tuple[Repo, str]) -> None:
+    r, tree = repo
+    other = r.tree_of(r.commit_files("main", {"b": "b"}, "two"))
+    Cache(r).put(other, KEY, PASS)
+    ours = note(r.root, other)[0]
+    put_line(r, tree, ours)  # a genuine line, moved to another tree
+    assert Cache(r).get(tree, KEY, 600) is None
+    Cache(r).put(tree, KEY, FAIL)
+    failing = note(r.root, tree)[0]
+    stages = json.loads(json.dumps(failing["stages"]))
+    stages[1].update(verdict="PASS", passed=True)
+    edits: list[dict[str, object]] = [
+        {"passed": True, "failure": None, "stages": stages},  # the verdict flipped
+        {"environment": "docker sha256:def"}, {"by": "retcon-sandbox 9.9"},
+        {"timeout": 6000}, {"tail": "all good"}]
+    for edit in edits:
+        put_line(r, tree, {**failing, **edit})
+        got = Cache(r).get(tree, Key(KEY.build, KEY.test, str(edit.get("environment",
+                                                                        KEY.environment))),
+                           600)
+        assert got is None, edit
+
+
+def sealed_variant(tree: str, **changes: object) -> dict[str, object]:
+    record = {**encode(KEY, PASS), **changes}
+    return seal(tree, {k: v for k, v in record.items() if v != "DROP"}, userkey.load())
+
+
+def stage(**changes: object) -> list[dict[str, object]]:
+    return [{"which": "build", "command": "make", "verdict": "PASS", "passed": True,
+             "timed_out": False, "seconds": 1.0},
+            {"which": "test", "command": "make test", "verdict": "PASS", "passed": True,
+             "timed_out": False, "seconds": 1.0, **changes}]
+
+
+@pytest.mark.parametrize("changes", [
+    {"v": 1}, {"v": "DROP"}, {"extra": "field"}, {"by": "someone"}, {"at": "today"},
+    {"stages": stage(verdict="pass")}, {"stages": stage(verdict="PASS ")},
+    {"stages": stage(verdict="ok")},
+    {"stages": stage(verdict="FAIL (exit 0)", passed=False)},
+    {"stages": stage(verdict="FAIL (exit 1)")},  # a failing verdict said to pass
+    {"stages": stage(command="true")},  # a command the key does not name
+    {"stages": stage(which="build")}, {"stages": stage(seconds=-1)},
+    {"stages": stage(extra=1)}, {"stages": stage()[:1]},  # a pass that skipped the tests
+    {"stages": []}, {"timeout": 0}, {"passed": False},
+])
+def test_only_lines_in_the_exact_form_we_write_are_read(repo: tuple[Repo, str],
+                                                         changes: dict[str, object]) -> None:
+    r, tree = repo
+    put_line(r, tree, sealed_variant(tree))  # the form we write, sealed: read
+    assert Cache(r).get(tree, KEY, 600) is not None
+    put_line(r, tree, sealed_variant(tree, **changes))  # sealed with our key, but not our form
+    assert Cache(r, trust=True).get(tree, KEY, 600) is None
+    assert Cache(r).claim(tree, KEY, 600) is None
+
+
+@pytest.mark.parametrize("target", ["blob", "commit", "tree"])
+def test_a_corrupted_notes_ref_says_how_to_clear_it(repo: tuple[Repo, str], target: str) -> None:
+    r, tree = repo
+    Cache(r).put(tree, KEY, PASS)
+    sha = {"blob": git(r.root, "rev-parse", "main:a.txt"), "commit": git(r.root, "rev-parse",
+           "main"), "tree": tree}[target]
+    git(r.root, "update-ref", REF, sha)
+    with pytest.raises(GitError) as caught:
+        Cache(r).check()
+    assert REF in caught.value.message
+    assert f"git update-ref -d {REF}" in (caught.value.hint or "")
+    git(r.root, "update-ref", "-d", REF)
+    Cache(r).check()
+    Cache(r).put(tree, KEY, PASS)
+    assert Cache(r).get(tree, KEY, 600) is not None

@@ -3,7 +3,10 @@ as an image every later sandbox of those inputs starts from, offline.
 
 An environment is keyed by the base image's ID, the setup commands, the git-metadata choice and
 version tag, and the content of the files `setup_inputs` matches in the tree being prepared for
-(by default the usual manifests and lock files of Python, Node, Rust and Go projects). So each
+(by default the usual manifests and lock files of Python, Node, Rust and Go projects), and of
+every tracked file a setup command names (`setup_files`: the script it runs, a `-r` file, a
+makefile), so a branch cannot change what setup runs and keep another tree's key. The
+verification cache keys each result on the prepared image's own ID too (`prepared_id`). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
 `<prefix>/env:<key>`, and labelled with a hash of its repository's scope (LABEL_ENV_SCOPE): a
@@ -113,6 +116,7 @@ class Environments:
         self._fresh = fresh
         self._prepared: set[str] = set()  # the keys this run prepared
         self._used: set[str] = set()  # the environments this run opened (never pruned by it)
+        self._ids: dict[str, str] = {}  # key -> the image ID this run's sandboxes start from
         self.git_lock = threading.Lock()  # trees stream from git one at a time (verify -j)
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._warned = False
@@ -138,11 +142,30 @@ class Environments:
         if tree not in self._keys:
             with self.git_lock:
                 entries = self.repo.ls_tree(tree)
+                files = inputs(entries, self._inputs, self.settings.setup, self._link_target)
             self._keys[tree] = environment_key(
                 self.docker.engine.image_id(self.docker.image), self.settings.setup,
-                self.settings.git_metadata, self.tag, inputs(entries, self._inputs),
-                self.scope())
+                self.settings.git_metadata, self.tag, files, self.scope())
         return self._keys[tree]
+
+    def _link_target(self, entry: TreeEntry) -> str:
+        data = self.repo.small_blob(entry.sha, 4096)
+        return data.decode("utf-8", "replace") if data else ""
+
+    def prepared_id(self, tree: str) -> str | None:
+        """The ID of the image `tree`'s environment is (part of the verification cache's key:
+        a setup run again, or a removed image, is another environment): "" without setup, None
+        when it is not prepared yet (or not in this run, under --no-cache)."""
+        key = self.key(tree)
+        docker = self.docker
+        if key is None or docker is None:
+            return ""
+        if key in self._ids:
+            return self._ids[key]
+        tag = f"{images.prefix()}/{ENV_NAME}:{key}"
+        if self._fresh or not docker.engine.has_image(tag):
+            return None
+        return docker.engine.image_id(tag)
 
     def scope(self) -> str:
         """A setup runs the repository's code: environments are never shared between
@@ -184,11 +207,13 @@ class Environments:
             self._used.add(tag)
             kept = docker.engine.has_image(tag)
             if kept and not (self._fresh and key not in self._prepared):
+                self._ids.setdefault(key, docker.engine.image_id(tag))
                 return tag
             replaced = docker.engine.image_id(tag) if kept else None
             self._run_setup(docker, tree, repository, key)
             self._prepared.add(key)
-            if replaced is not None and replaced != docker.engine.image_id(tag):
+            self._ids[key] = docker.engine.image_id(tag)
+            if replaced is not None and replaced != self._ids[key]:
                 with contextlib.suppress(ImageError):  # still used by a container: prune
                     docker.engine.remove_image(replaced)  # the image --no-cache replaced
             self._prune(docker.engine)
@@ -331,9 +356,85 @@ def check_spec_image(engine: DockerEngine, name: str, scope: str | None) -> None
                              "setup prepare this repository's own environment.")
 
 
-def inputs(entries: dict[str, TreeEntry], patterns: Patterns) -> list[tuple[str, str, str]]:
-    """The files that key the environment: (path, mode, blob) of each match, sorted."""
-    return sorted((path, e.mode, e.sha) for path, e in entries.items() if patterns.matches(path))
+LinkTarget = Callable[[TreeEntry], str]  # the text of a tracked symbolic link
+
+
+def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, ...] = (),
+           link: LinkTarget | None = None) -> list[tuple[str, str, str]]:
+    """The files that key the environment: (path, mode, blob) of each match of `patterns`, and
+    of each tracked file a setup command names (`setup_files`), sorted."""
+    named = setup_files(setup, entries, link)
+    return sorted((path, e.mode, e.sha) for path, e in entries.items()
+                  if path in named or patterns.matches(path))
+
+
+_WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_SYMLINK_HOPS = 8
+
+
+def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
+                link: LinkTarget | None = None) -> set[str]:
+    """The tracked files that setup commands name, and so may run. A word of a command (split
+    loosely, so that quoted and nested commands, `-r FILE`, `-rFILE`, `--opt=FILE` and `<FILE`
+    count too) names a path from the root or from any directory a `cd` in the command names;
+    a named file counts, and so does every file under a named directory (but the root); `make`
+    names the makefiles; a tracked symbolic link names its target too. Naming more than setup
+    runs only prepares an environment more often."""
+    found: set[str] = set()
+    for command in setup:
+        directories = [""]
+        words = _WORD.findall(command)
+        for previous, word in zip(["", *words], words, strict=False):
+            candidates = {word, word[2:]} if word.startswith("-") and len(word) > 2 else {word}
+            for path in filter(None, map(_normal, candidates)):
+                if previous == "cd":
+                    directories.append(path if path != "." else "")
+                found.update(_joined(directory, path) for directory in directories)
+            if word.rsplit("/", 1)[-1] in ("make", "gmake"):
+                found.update(_joined(d, name) for d in directories for name in _MAKEFILES)
+    found.discard(".")
+    named: set[str] = set()
+    pending = sorted(found)
+    hops = 0
+    while pending and hops <= _SYMLINK_HOPS * max(1, len(found)):
+        hops += 1
+        path = pending.pop()
+        entry = entries.get(path)
+        if entry is None:
+            prefix = path + "/"
+            named.update(p for p in entries if p.startswith(prefix))
+            continue
+        if path in named:
+            continue
+        named.add(path)
+        if entry.mode == "120000" and link is not None:
+            target = _normal(_joined(path.rpartition("/")[0], link(entry)))
+            if target and target != ".":
+                pending.append(target)
+    return named
+
+
+def _normal(word: str) -> str | None:
+    """A word as a repository-relative path (`./a//b` is `a/b`, `a/../b` is `b`), or None if
+    it cannot be one."""
+    if word.startswith(("/", "~")) or "$" in word or "*" in word:
+        return None
+    parts: list[str] = []
+    for part in word.split("/"):
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/".join(parts) or "."
+
+
+def _joined(directory: str, path: str) -> str:
+    if not directory:
+        return path
+    return directory if path == "." else f"{directory}/{path}"
 
 
 def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,

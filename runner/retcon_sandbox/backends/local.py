@@ -7,8 +7,6 @@ only by asking for it by name (`--sandbox local`), with a warning.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from retcon_sandbox import userkey
 from retcon_sandbox.backends.api import LINE_CAP, HelperSandbox, check_isolation
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.resources import helper_source
@@ -92,8 +91,7 @@ class LocalBackend:
 
     def environment(self) -> str:
         """The host's toolchain, as far as it can be named: the variables the commands see."""
-        digest = hashlib.sha256(json.dumps(self._env, sort_keys=True).encode()).hexdigest()
-        return f"local env:{digest[:16]}"
+        return f"local env:{userkey.load().digest('local-env', self._env)}"
 
 
 def _remove(root: Path) -> None:

@@ -71,6 +71,7 @@ class ExecuteOptions:
     setup_disk: int = hostaccess.SETUP_DISK
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
+    trust_notes: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -87,7 +88,7 @@ class ExecuteOptions:
                    setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
-                   limits=tuple(limit_options(args).items()))
+                   limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,10 +131,11 @@ def execute(options: ExecuteOptions) -> int:
                       transcript=str(transcript) if agent else None)
         envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
                             fresh=options.no_cache)
+        cache = Cache(repo, read=not options.no_cache, trust=options.trust_notes)
+        cache.check()
         verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
-                                     options.skip), reporter,
-                            Cache(repo, read=not options.no_cache),
-                            backend.environment() + envs.describe())
+                                     options.skip), reporter, cache,
+                            backend.environment() + envs.describe(), envs.prepared_id)
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance,

@@ -42,6 +42,8 @@ from retcon_sandbox.verify.table import (
     RangeTarget,
     Row,
     SpecTarget,
+    claimed,
+    claims,
     failures,
     header,
     parse_target,
@@ -87,11 +89,15 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                                           args.keep_environments)
     plan = make_plan(args, reporter)
     settings = plan.settings
-    commands = Commands(settings.build, settings.test, settings.timeout)
-    if not (commands.build or commands.test):
-        raise ConfigError("nothing to verify with: no build or test command",
+    commands = Commands(settings.build, settings.test, settings.timeout,
+                        frozenset(args.skip))
+    if not (commands.planned("build") or commands.planned("test")):
+        raise ConfigError("nothing to verify with: no build or test command"
+                          + (" that is not skipped" if args.skip else ""),
                           "Give --build and/or --test, or a spec (--spec FILE) whose [sandbox] "
                           "has them.")
+    cache = Cache(plan.repo, read=not args.no_cache, trust=args.trust_notes)
+    cache.check()
     run_id = uuid.uuid4().hex[:12]
     label = StateDir(plan.repo.common_dir()).root / f"verify-{run_id}"
     holder = replace(plan.spec, path=label) if plan.spec else \
@@ -102,20 +108,20 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
                         fresh=bool(args.no_cache))
     environment = backend.environment() + envs.describe()
-    verifier = Verifier(commands, reporter, Cache(plan.repo, read=not args.no_cache),
-                        environment)
+    verifier = Verifier(commands, reporter, cache, environment, envs.prepared_id)
     jobs = args.jobs or default_jobs()
     engine = engine_in_use(args.sandbox)
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
                   sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
-                  no_cache=bool(args.no_cache))
+                  no_cache=bool(args.no_cache), trust_notes=bool(args.trust_notes),
+                  skip=sorted(commands.skip))
     display = make_display(args.json, reporter, plan, commands)
     if not args.json:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
                        f"  Sandbox: {backend.describe()}\n"
                        + (f"  Engine: {engine}\n" if engine else "")
-                       + f"  Cache: {REF} ({'not read: --no-cache' if args.no_cache else 'read'}"
-                       f"; environment {environment})\n"), flush=True)
+                       + f"  Cache: {REF} ({cache_mode(args)}; environment {environment})\n"),
+              flush=True)
     display.begin()
     by_tree: dict[str, list[Row]] = {}
     for row in plan.rows:
@@ -127,8 +133,10 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
             row.state = "running"
 
     def on_done(item: Item, outcome: Outcome) -> None:
+        claim = verifier.claims.get(item.tree)
         for row in by_tree[item.tree]:
             row.outcome = outcome
+            row.claim = claim
             row.state = "done"
             display.finished(row)
 
@@ -142,6 +150,14 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     code = display.end(seconds)
     outputs.finish(plan.label, plan.rows, seconds)
     return code
+
+
+def cache_mode(args: argparse.Namespace) -> str:
+    if args.no_cache:
+        return "not read: --no-cache"
+    if args.trust_notes:
+        return "read, and results claimed by others trusted: --trust-notes"
+    return "read; results claimed by others run again"
 
 
 # --- what to verify ------------------------------------------------------------------------
@@ -216,7 +232,8 @@ class Display:
 
     def __init__(self, plan: Plan, commands: Commands, out: TextIO) -> None:
         self.rows = plan.rows
-        self.planned = {"build": bool(commands.build), "test": bool(commands.test)}
+        self.planned = {"build": bool(commands.planned("build")),
+                        "test": bool(commands.planned("test"))}
         self.digits = len(str(len(plan.rows)))
         self.out = out
         self.width = 200
@@ -240,6 +257,10 @@ class Display:
         lines = failures(self.rows)
         if lines:
             self.out.write("\nFailures:\n" + "\n".join(lines) + "\n")
+        lines = claims(self.rows)
+        if lines:
+            self.out.write("\nClaimed by others (notes your key does not authenticate):\n"
+                           + "\n".join(lines) + "\n")
         self.out.write("\n" + summary(t, seconds) + "\n")
         if not t.ok:
             self.out.write("Exit 3: fix the failing commits (the tails of their output are "
@@ -298,7 +319,8 @@ class JsonDisplay(Display):
                            subject=row.subject, passed=outcome.passed,
                            build=stages.get("build"), tests=stages.get("test"),
                            seconds=round(outcome.seconds, 3), cached=outcome.cached,
-                           tail=None if outcome.passed else outcome.tail)
+                           tail=None if outcome.passed else outcome.tail,
+                           claimed_by_others=claimed(row))
 
     def end(self, seconds: float) -> int:
         t = totals(self.rows)

@@ -58,6 +58,7 @@ class FileChange:
     entry: TreeEntry | None
 
 
+_NOTE_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # an object id (SHA-1 or SHA-256)
 _TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")
 
 
@@ -490,9 +491,18 @@ class Repo:
         except GitError:
             return None
 
+    def ref_exists(self, ref: str) -> bool:
+        """Whether a full ref name points at any object at all."""
+        try:
+            self._git("rev-parse", "--verify", "--quiet", "--end-of-options", ref)
+        except GitError:
+            return False
+        return True
+
     def notes_at(self, notes_commit: str) -> dict[str, str]:
         """The notes of a notes commit: annotated object -> note blob (fan-out paths such as
-        `ab/cdef…`, as `git notes` writes them in large trees, are joined)."""
+        `ab/cdef…`, as `git notes` writes them in large trees, are joined). A tree holding
+        anything else is not a notes tree: GitError."""
         out = self._git("ls-tree", "-r", "-z", "--full-tree", notes_commit, strip=False)
         notes: dict[str, str] = {}
         for record in out.split("\0"):
@@ -500,9 +510,12 @@ class Repo:
                 continue
             meta, path = record.split("\t", 1)
             _mode, kind, sha = meta.split()
-            name = path.replace("/", "")
-            if kind == "blob" and len(name) == 40 and all(c in "0123456789abcdef" for c in name):
-                notes[name] = sha
+            *fanout, last = path.split("/")
+            name = "".join([*fanout, last])
+            if kind != "blob" or not _NOTE_NAME.fullmatch(name) or \
+                    any(len(part) != 2 for part in fanout):
+                raise GitError(f"it holds {sanitize_name(path)}, which is no note")
+            notes[name] = sha
         return notes
 
     def small_blob(self, sha: str, limit: int) -> bytes | None:

@@ -2,12 +2,13 @@
 notes under `refs/notes/retcon-sandbox`, so a tree is built and tested once per set of inputs.
 
 A result is keyed by the tree (the note is attached to the tree object), the build command, the
-test command and the environment (`Backend.environment()`: the image's ID for Docker, plus
-`Environments.describe()`: the setup commands, its inputs' patterns and the git metadata; the
-inputs' content is in the tree). One note per tree holds JSON lines, one per other key; a new result
-replaces the line of its key. Notes are written with plumbing on a temporary index and the ref
-moves by compare-and-swap, so the user's working tree and index are never touched, and two
-writers never lose each other's results.
+test command and the environment (`Backend.environment()`: the image's ID for Docker and an
+HMAC of the passed variables, plus `Environments.describe()`: the setup commands, its inputs'
+patterns and the git metadata, plus the ID of the prepared environment's image the tree ran in;
+the inputs' content is in the tree). One note per tree holds JSON lines, one per other key; a
+new result replaces the line of its key. Notes are written with plumbing on a temporary index
+and the ref moves by compare-and-swap, so the user's working tree and index are never touched,
+and two writers never lose each other's results.
 
 Passes and failures are both kept: the same inputs give the same result, so the loop and
 `verify` reuse either (a failure's text is what the model reads). `--no-cache` runs everything
@@ -15,26 +16,36 @@ again and records the new results. A timeout is reused only under a timeout no l
 one it ran with.
 
 Notes travel with the repository (`git push origin refs/notes/retcon-sandbox`) and are read as
-untrusted: malformed lines are ignored, sizes are capped, and whoever can write the ref can claim
-a result, which `--no-cache` disregards.
+untrusted: whoever can write the ref can write a line. So each line carries an HMAC, under the
+user's key (userkey.py: a file outside the repository, or RETCON_SANDBOX_NOTES_KEY in CI), of
+everything that makes the verdict: the tree, the commands, the environment, the stages and their
+verdicts, the failure's text and the tool's version. A line whose HMAC does not verify is a
+claim by others: it is shown as such and its tree runs again, unless `--trust-notes`. Lines are
+read strictly, in the exact form this tool writes (anything else is foreign and ignored), sizes
+are capped, and a notes ref that is not a notes commit is an error that says how to clear it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from retcon_sandbox import __version__
+from retcon_sandbox import __version__, userkey
 from retcon_sandbox.errors import GitError
 from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.userkey import UserKey
 
 REF = "refs/notes/retcon-sandbox"
 NOTE_LIMIT = 512 * 1024  # a note larger than this is ignored (and replaced on the next write)
 KEYS_KEPT = 16  # lines per tree: results for other commands or environments
 FAILURE_KEPT = 16 * 1024  # characters of a failure's text kept (head and tail)
 WRITE_ATTEMPTS = 8
+FORMAT = 2  # the lines' format: 2 carries an HMAC ("mac")
+CLEAR = f"git update-ref -d {REF}"
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ class Outcome:
     tail: str
     timeout: float
     cached: bool = False
+    claimed: bool = False  # from a note whose HMAC did not verify (used under --trust-notes)
 
     @property
     def passed(self) -> bool:
@@ -97,7 +109,7 @@ def _keep(text: str) -> str:
 
 
 def encode(key: Key, outcome: Outcome) -> dict[str, Any]:
-    return {"build": key.build, "test": key.test, "environment": key.environment,
+    return {"v": FORMAT, "build": key.build, "test": key.test, "environment": key.environment,
             "passed": outcome.passed,
             "stages": [{"which": s.which, "command": s.command, "verdict": s.verdict,
                         "passed": s.passed, "timed_out": s.timed_out,
@@ -107,21 +119,58 @@ def encode(key: Key, outcome: Outcome) -> dict[str, Any]:
             "at": int(time.time()), "by": f"retcon-sandbox {__version__}"}
 
 
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("not a string")
+def signed(tree: str, record: dict[str, Any]) -> bytes:
+    """What a line's HMAC covers: the tree it is attached to and every field but the HMAC,
+    in one canonical form."""
+    fields = {k: v for k, v in record.items() if k != "mac"}
+    return json.dumps({"tree": tree, "record": fields}, sort_keys=True, ensure_ascii=True,
+                      separators=(",", ":"), allow_nan=False).encode()
+
+
+def seal(tree: str, record: dict[str, Any], key: UserKey) -> dict[str, Any]:
+    return {**record, "mac": key.mac(signed(tree, record))}
+
+
+def authentic(tree: str, record: dict[str, Any], key: UserKey) -> bool:
+    mac = record.get("mac")
+    if not isinstance(mac, str):
+        return False
+    try:
+        return key.verify(signed(tree, record), mac)
+    except ValueError:  # not representable canonically (NaN): not ours
+        return False
+
+
+# The exact forms this tool writes (CommandResult.verdict); anything else is foreign.
+_VERDICT = re.compile(r"PASS|FAIL \((?:exit [1-9][0-9]{0,2}|killed by signal [1-9][0-9]?|"
+                      r"timed out after (?:0|[1-9][0-9]{0,6})s)\)")
+_BY = re.compile(r"retcon-sandbox [0-9A-Za-z.+!_-]{1,40}")
+RECORD_KEYS = frozenset({"v", "build", "test", "environment", "passed", "stages", "failure",
+                         "tail", "timeout", "at", "by"})
+STAGE_KEYS = frozenset({"which", "command", "verdict", "passed", "timed_out", "seconds"})
+TEXT_LIMIT = FAILURE_KEPT + 200  # a kept text and the omission line
+
+
+class Foreign(ValueError):
+    """Not a line this tool wrote."""
+
+
+def _str(value: object, limit: int = TEXT_LIMIT) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise Foreign("not a string")
     return value
 
 
 def _num(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("not a number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value) or value < 0:
+        raise Foreign("not a number")
     return float(value)
 
 
 def _bool(value: object) -> bool:
     if not isinstance(value, bool):
-        raise ValueError("not a boolean")
+        raise Foreign("not a boolean")
     return value
 
 
@@ -129,30 +178,50 @@ def _opt(value: object) -> str | None:
     return None if value is None else _str(value)
 
 
+def _stage(raw: object, key: Key) -> Stage:
+    if not isinstance(raw, dict) or set(raw) != STAGE_KEYS:
+        raise Foreign("not a stage")
+    which = raw["which"]
+    if which not in ("build", "test"):
+        raise Foreign("not a stage")
+    command = _str(raw["command"])
+    if command != (key.build if which == "build" else key.test):
+        raise Foreign("a command the key does not name")
+    verdict = _str(raw["verdict"], 80)
+    passed, timed_out = _bool(raw["passed"]), _bool(raw["timed_out"])
+    if not _VERDICT.fullmatch(verdict) or passed != (verdict == "PASS") or \
+            timed_out != verdict.startswith("FAIL (timed out"):
+        raise Foreign("not a verdict")
+    return Stage(which, command, verdict, passed, timed_out, _num(raw["seconds"]))
+
+
 def decode(record: object) -> tuple[Key, Outcome] | None:
-    """A line of a note, or None if it is not one we can trust the shape of."""
+    """A line of a note, or None if it is not exactly in the form this tool writes."""
     try:
-        if not isinstance(record, dict):
+        if not isinstance(record, dict) or set(record) - {"mac"} != RECORD_KEYS or \
+                record["v"] != FORMAT or not _BY.fullmatch(_str(record["by"], 80)):
             return None
-        key = Key(_opt(record.get("build")), _opt(record.get("test")),
-                  _str(record.get("environment")))
-        raw_stages = record.get("stages")
-        if not isinstance(raw_stages, list) or len(raw_stages) > 2:
+        if isinstance(record["at"], bool) or not isinstance(record["at"], int):
             return None
-        stages = []
-        for raw in raw_stages:
-            if not isinstance(raw, dict) or raw.get("which") not in ("build", "test"):
-                return None
-            stages.append(Stage(_str(raw["which"]), _str(raw.get("command")),
-                                _str(raw.get("verdict")), _bool(raw.get("passed")),
-                                _bool(raw.get("timed_out")), _num(raw.get("seconds"))))
-        failure = _opt(record.get("failure"))
-        if _bool(record.get("passed")) != (failure is None) or \
-                (failure is None) != all(s.passed for s in stages):
+        key = Key(_opt(record["build"]), _opt(record["test"]), _str(record["environment"]))
+        raw_stages = record["stages"]
+        if not isinstance(raw_stages, list) or not 1 <= len(raw_stages) <= 2:
             return None
-        return key, Outcome(tuple(stages), failure, _str(record.get("tail")),
-                            _num(record.get("timeout")), cached=True)
-    except (KeyError, ValueError):
+        stages = tuple(_stage(raw, key) for raw in raw_stages)
+        order = [s.which for s in stages]
+        planned = [w for w, c in (("build", key.build), ("test", key.test)) if c is not None]
+        if order != planned[:len(order)] or any(not s.passed for s in stages[:-1]):
+            return None
+        failure = _opt(record["failure"])
+        passed = _bool(record["passed"])
+        if passed != (failure is None) or passed != (all(s.passed for s in stages)
+                                                     and len(order) == len(planned)):
+            return None
+        timeout = _num(record["timeout"])
+        if timeout <= 0:
+            return None
+        return key, Outcome(stages, failure, _str(record["tail"]), timeout, cached=True)
+    except (KeyError, Foreign):
         return None
 
 
@@ -179,21 +248,41 @@ def _same_key(record: dict[str, Any], key: Key) -> bool:
 
 class Cache:
     """Results by tree, read from and written to the repository's notes. `read=False`
-    (`--no-cache`) runs everything again; results are written either way."""
+    (`--no-cache`) runs everything again; results are written either way. Only lines this
+    user's key authenticates are believed, unless `trust` (`--trust-notes`)."""
 
-    def __init__(self, repo: Repo, read: bool = True, write: bool = True) -> None:
+    def __init__(self, repo: Repo, read: bool = True, write: bool = True,
+                 key: UserKey | None = None, trust: bool = False) -> None:
         self.repo = repo
         self.read = read
         self.write = write
+        self.trust = trust
         self.problem: str | None = None
+        self._key = key
         self._commit: str | None = None
         self._notes: dict[str, str] | None = None
 
+    @property
+    def key(self) -> UserKey:
+        if self._key is None:
+            self._key = userkey.load()
+        return self._key
+
+    def check(self) -> None:
+        """Before a run: the key can be had, and the notes ref, if any, can be read."""
+        _ = self.key
+        self._load()
+
     def _load(self) -> dict[str, str]:
         commit = self.repo.ref_sha(REF)
+        if commit is None and self.repo.ref_exists(REF):
+            raise corrupted("does not point to a commit")
         if self._notes is None or commit != self._commit:
             self._commit = commit
-            self._notes = self.repo.notes_at(commit) if commit else {}
+            try:
+                self._notes = self.repo.notes_at(commit) if commit else {}
+            except GitError as exc:
+                raise corrupted(f"is not a notes commit ({exc.message})") from None
         return self._notes
 
     def _records(self, tree: str) -> list[dict[str, Any]]:
@@ -201,14 +290,34 @@ class Cache:
         data = self.repo.small_blob(blob, NOTE_LIMIT) if blob else None
         return parse_note(data) if data else []
 
-    def get(self, tree: str, key: Key, timeout: float) -> Outcome | None:
-        if not self.read:
-            return None
+    def _found(self, tree: str, key: Key, timeout: float) -> list[tuple[Outcome, bool]]:
+        """The usable results of `tree` under `key`, newest first, each with whether this
+        user's key authenticates it."""
+        found = []
         for record in reversed(self._records(tree)):  # the newest line wins
             decoded = decode(record)
             if decoded and decoded[0] == key and decoded[1].usable(timeout):
-                return decoded[1]
+                found.append((decoded[1], authentic(tree, record, self.key)))
+        return found
+
+    def get(self, tree: str, key: Key, timeout: float) -> Outcome | None:
+        """A result this user recorded; under `trust`, also one claimed by others."""
+        if not self.read:
+            return None
+        for outcome, ours in self._found(tree, key, timeout):
+            if ours:
+                return outcome
+            if self.trust:
+                return replace(outcome, claimed=True)
         return None
+
+    def claim(self, tree: str, key: Key, timeout: float) -> Outcome | None:
+        """The newest result of `tree` under `key` that others claim (its HMAC does not
+        verify), whether or not it is used."""
+        if not self.read:
+            return None
+        return next((replace(o, claimed=True) for o, ours in self._found(tree, key, timeout)
+                     if not ours), None)
 
     def put(self, tree: str, key: Key, outcome: Outcome) -> None:
         """Record a result, replacing an older one under the same key. Another writer moving
@@ -224,7 +333,7 @@ class Cache:
             self.problem = exc.message
 
     def _put(self, tree: str, key: Key, outcome: Outcome) -> None:
-        line = encode(key, outcome)
+        line = seal(tree, encode(key, outcome), self.key)
         for _ in range(WRITE_ATTEMPTS):
             self._load()
             kept = [r for r in self._records(tree) if not _same_key(r, key)][-(KEYS_KEPT - 1):]
@@ -239,3 +348,9 @@ class Cache:
                 self._notes[tree] = blob
                 return
             self._notes = None  # someone else wrote: read again and retry
+
+
+def corrupted(why: str) -> GitError:
+    return GitError(f"the verification cache's ref {REF} {why}",
+                    f"Clear it with `{CLEAR}` (this forgets every cached result; nothing "
+                    "else is touched), then rerun.")

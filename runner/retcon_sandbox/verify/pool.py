@@ -93,8 +93,9 @@ class Pool:
                 for future in done:
                     item = futures[future]
                     outcome = future.result()  # a worker's error is raised here
+                    key = self.verifier.key_for(item.tree)  # may read the tree: not under the lock
                     with self._git:
-                        self.verifier.record(item.tree, outcome)
+                        self.verifier.record(item.tree, outcome, key)
                     results[item.tree] = outcome
                     finished(item, outcome)
                 if tick is not None:

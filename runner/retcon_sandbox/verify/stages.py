@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from retcon_sandbox.backends.api import CommandResult, Sandbox
 from retcon_sandbox.backends.workspace import WorkState
@@ -156,19 +156,35 @@ def replay(outcome: Outcome, commands: Commands, notify: Notify) -> None:
             return
 
 
+Prepared = Callable[[str], str | None]  # a tree's prepared environment: its image ID, "" when
+# it needs none, None when it is not prepared yet (then no cached result can apply)
+
+
 class Verifier:
     def __init__(self, commands: Commands, report: Reporter, cache: Cache | None = None,
-                 environment: str = "") -> None:
+                 environment: str = "", prepared: Prepared | None = None) -> None:
         self.commands = commands
         self.report = report
         self.cache = cache
         self.environment = environment
         self.passed_here: set[str] = set()  # trees this process built and tested, that passed
+        self.prepared = prepared
+        self.claims: dict[str, Outcome] = {}  # tree -> what others claimed, seen before it ran
 
     @property
     def key(self) -> Key:
         return Key(self.commands.planned("build"), self.commands.planned("test"),
                    self.environment)
+
+    def key_for(self, tree: str) -> Key | None:
+        """The cache key of `tree`: `key`, plus the ID of the prepared environment's image it
+        runs in (a setup run again, or an image removed, is another environment). None when
+        that environment is not prepared yet."""
+        image = self.prepared(tree) if self.prepared is not None else ""
+        if image is None:
+            return None
+        return replace(self.key, environment=self.environment + f" prepared:{image}") \
+            if image else self.key
 
     @property
     def runs_anything(self) -> bool:
@@ -178,13 +194,30 @@ class Verifier:
         """The cached outcome of `tree` under these commands and this environment."""
         if self.cache is None or not self.runs_anything:
             return None
-        return self.cache.get(tree, self.key, self.commands.timeout)
+        key = self.key_for(tree)
+        if key is None:
+            return None
+        found = self.cache.get(tree, key, self.commands.timeout)
+        if found is None or found.claimed:
+            self._note_claim(tree, key)
+        return found
 
-    def record(self, tree: str, outcome: Outcome) -> None:
+    def _note_claim(self, tree: str, key: Key) -> None:
+        """Keep what others claim for `tree` (notes this user's key does not authenticate),
+        before our own result replaces it."""
+        if self.cache is not None and tree not in self.claims:
+            claim = self.cache.claim(tree, key, self.commands.timeout)
+            if claim is not None:
+                self.claims[tree] = claim
+
+    def record(self, tree: str, outcome: Outcome, key: Key | None = None) -> None:
         if outcome.passed and outcome.stages and not outcome.cached:
             self.passed_here.add(tree)
         if self.cache is not None and outcome.stages and not outcome.cached:
-            self.cache.put(tree, self.key, outcome)
+            key = key or self.key_for(tree)
+            if key is not None:
+                self._note_claim(tree, key)
+                self.cache.put(tree, key, outcome)
 
     def run(self, state: WorkState, which: str) -> CommandResult | None:
         """One command, as a tool call of the model (no events, no cache)."""
@@ -206,7 +239,9 @@ class Verifier:
                 why = "--skip" if which in self.commands.skip else f"no {which} command"
                 self.report.emit(event, number=number, verdict=f"skipped ({why})")
             elif cached:
-                self.report.emit(event, number=number, verdict=stage.verdict, cached=True)
+                claimed = {"claimed": True} if outcome is not None and outcome.claimed else {}
+                self.report.emit(event, number=number, verdict=stage.verdict, cached=True,
+                                 **claimed)
             else:
                 self.report.emit(event, number=number, verdict=stage.verdict,
                                  seconds=stage.seconds)

@@ -72,6 +72,7 @@ class Row:
     state: str = "queued"
     started: float = 0.0
     outcome: Outcome | None = None
+    claim: Outcome | None = None  # what a note others wrote claims for this tree
 
 
 PLANNED = ("build", "test")
@@ -99,7 +100,8 @@ def cells(row: Row, planned: dict[str, bool], now: float) -> tuple[str, str, str
     test = outcome.stage("test")
     return (short(build, planned["build"], True),
             short(test, planned["test"], build is None or build.passed),
-            f"{outcome.seconds:.1f}s", "yes" if outcome.cached else "")
+            f"{outcome.seconds:.1f}s",
+            "claim" if outcome.claimed else "yes" if outcome.cached else "")
 
 
 def header(width: int, digits: int) -> str:
@@ -168,6 +170,38 @@ def failures(rows: Sequence[Row]) -> list[str]:
         if outcome.tail:
             lines += [sanitize("      " + line) for line in outcome.tail.split("\n")]
     return lines
+
+
+def verdicts(outcome: Outcome) -> str:
+    return ", ".join(f"{'build' if s.which == 'build' else 'tests'} {s.verdict}"
+                     for s in outcome.stages)
+
+
+def claims(rows: Sequence[Row]) -> list[str]:
+    """For each commit that a note others wrote claims a result for: the claim, and whether it
+    was used (--trust-notes) or the commit ran again (and what it gave)."""
+    lines: list[str] = []
+    for row in rows:
+        claim, outcome = row.claim, row.outcome
+        if claim is None or outcome is None:
+            continue
+        if outcome.claimed:
+            what = "trusted (--trust-notes), not run"
+        else:
+            what = f"not trusted, ran again: {'PASS' if outcome.passed else 'FAIL'}"
+        lines.append(sanitize(f"  #{row.number} {row.sha[:7]} {row.subject}: claimed "
+                              f"{verdicts(claim)}; {what}"))
+    return lines
+
+
+def claimed(row: Row) -> dict[str, object] | None:
+    """A row's claim by others, for --json."""
+    claim = row.claim
+    if claim is None:
+        return None
+    stages = {s.which: s.verdict for s in claim.stages}
+    return {"passed": claim.passed, "build": stages.get("build"), "tests": stages.get("test"),
+            "trusted": bool(row.outcome is not None and row.outcome.claimed)}
 
 
 @dataclass(frozen=True)

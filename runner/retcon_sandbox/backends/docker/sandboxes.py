@@ -12,9 +12,7 @@ trace nor reach the helper's pipes, and every process it leaves is killed when i
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
-import json
 import tarfile
 import time
 import uuid
@@ -22,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from retcon_sandbox import userkey
 from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
@@ -370,12 +369,12 @@ class DockerBackend:
 
     def environment(self) -> str:
         """The image's ID (a rebuilt image under the same tag is another environment), and the
-        variables passed in, by digest."""
+        variables passed in (names and values), by an HMAC under the user's key: notes are
+        read by others, and a digest without a key would let them test guesses of a value."""
         if self._environment is None:
             passed = ""
             if self.env:
-                text = json.dumps(self.env, sort_keys=True).encode()
-                passed = f" env:{hashlib.sha256(text).hexdigest()[:16]}"
+                passed = f" env:{userkey.load().digest('pass-env', self.env)}"
             self._environment = f"docker {self.engine.image_id(self.image)}{passed}"
         return self._environment
 
