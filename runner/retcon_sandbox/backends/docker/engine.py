@@ -183,8 +183,7 @@ class DockerEngine:
             found = self.client.containers.list(all=True, ignore_removed=True,
                                                 filters={"label": selector})
             for container in found:
-                with contextlib.suppress(docker.errors.NotFound):
-                    container.remove(force=True, v=True)
+                _remove(container)
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
         return len(found)
@@ -219,7 +218,7 @@ class DockerEngine:
 
     def remove_container(self, container_id: str) -> None:
         try:
-            self.client.containers.get(container_id).remove(force=True, v=True)
+            _remove(self.client.containers.get(container_id))
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
@@ -421,6 +420,18 @@ def local_addresses() -> set[str]:
             raw = line.split()[0]
             found.add(str(ipaddress.IPv6Address(int(raw, 16))))
     return found
+
+
+def _remove(container: Any) -> None:
+    """Remove a container with its volumes; one already gone, or being removed by someone else
+    (a concurrent `clean`, the run that owns it), counts as removed."""
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409 or "already in progress" not in str(exc):
+            raise
 
 
 def _first_line(exc: BaseException) -> str:
