@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -38,7 +37,13 @@ from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, s
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.report import HumanReporter, Reporter, make_reporter
-from retcon_sandbox.spec.file import Spec, SpecFile, atomic_write
+from retcon_sandbox.spec.file import (
+    Spec,
+    SpecFile,
+    atomic_write,
+    sync_directory,
+    temporary_beside,
+)
 from retcon_sandbox.spec.settings import DEFAULTS
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize, sanitize_name
@@ -229,25 +234,15 @@ def exact(paths: list[str], groups: list[Group]) -> None:
 def write_new(path: Path, data: bytes) -> None:
     """Write `path` whole, atomically, and only if it does not exist (a file that appeared since
     the first check is kept): a temporary file beside it, fsynced, then linked into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temporary_beside(path, data, 0o644)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise SpecError(f"{path} appeared while plan was working; it is kept",
-                            "Give --force to replace it, or another -o FILE.") from None
+        os.link(tmp, path)
+    except FileExistsError:
+        raise SpecError(f"{path} appeared while plan was working; it is kept",
+                        "Give --force to replace it, or another -o FILE.") from None
     finally:
         os.unlink(tmp)  # our own temporary name, never anything else
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    sync_directory(path.parent)
 
 
 def _check_output(output: Path, force: bool) -> None:

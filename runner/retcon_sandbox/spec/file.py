@@ -280,12 +280,8 @@ def entry_toml(entry: Entry) -> str:
     return f"{{ {kind.key} = {tomltext.basic_string(value_of(entry) or '')} }}"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Temporary file beside the target, fsync, rename, fsync the directory."""
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o644
+def temporary_beside(path: Path, data: bytes, mode: int) -> str:
+    """A new temporary file beside `path` holding `data`, fsynced, with `mode`: its name."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -293,16 +289,35 @@ def atomic_write(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # our own temporary file, never anything else
+        raise
+    return tmp
+
+
+def sync_directory(path: Path) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temporary file beside the target, fsync, rename, fsync the directory."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644
+    tmp = temporary_beside(path, data, mode)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)  # our own temporary file, never anything else
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    sync_directory(path.parent)
 
 
 @dataclass

@@ -355,10 +355,7 @@ class DockerEngine:
                              "--image.") from None
         except docker.errors.DockerException as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
-        config = attrs.get("Config") or {}
-        return ImageRecord(str(attrs.get("Id", "")), tuple(attrs.get("RepoTags") or ()),
-                           {str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
-                           str(attrs.get("Created", "")))
+        return _record(attrs, (attrs.get("Config") or {}).get("Labels"))
 
     def images_labelled(self, label: str, value: str) -> list[ImageRecord]:
         """Every image whose `label` is `value`."""
@@ -366,9 +363,7 @@ class DockerEngine:
             found = self.client.api.images(filters={"label": f"{label}={value}"})
         except docker.errors.DockerException as exc:
             raise ImageError(f"cannot list images: {_first_line(exc)}") from None
-        return [ImageRecord(str(i.get("Id", "")), tuple(i.get("RepoTags") or ()),
-                            {str(k): str(v) for k, v in (i.get("Labels") or {}).items()},
-                            str(i.get("Created", ""))) for i in found]
+        return [_record(i, i.get("Labels")) for i in found]
 
     def container_written(self, container_id: str) -> int:
         """What a container wrote to its own layer (SizeRw), in bytes."""
@@ -405,6 +400,13 @@ class ImageRecord:
     tags: tuple[str, ...]
     labels: dict[str, str]
     created: str  # RFC 3339 from inspect, or seconds since the epoch from a listing
+
+
+def _record(attrs: dict[str, Any], labels: dict[str, Any] | None) -> ImageRecord:
+    """An image as inspect or a listing describes it (their labels sit in different places)."""
+    return ImageRecord(str(attrs.get("Id", "")), tuple(attrs.get("RepoTags") or ()),
+                       {str(k): str(v) for k, v in (labels or {}).items()},
+                       str(attrs.get("Created", "")))
 
 
 def local_addresses() -> set[str]:
