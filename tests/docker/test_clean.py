@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.engine import LABEL_RUN, DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, make_demo
 from tests.docker.conftest import ours
@@ -27,11 +27,19 @@ def start(demo: Demo) -> subprocess.Popen[str]:
 
 
 def containers_of(engine: DockerEngine, directory: Path, proc: subprocess.Popen[str]) -> list[str]:
+    """The run's commit sandbox (not the short-lived preflight one, which checks the commands
+    before anything is written and is gone a moment later)."""
+    def commit_boxes() -> list[str]:
+        found = engine.client.containers.list(all=True, ignore_removed=True,
+                                              filters={"label": LABEL_RUN})
+        mine = set(ours(engine, directory))
+        return [str(c.id) for c in found if str(c.id) in mine
+                and c.labels.get("retcon-sandbox.step") != "preflight"]
     deadline = time.monotonic() + 120
-    while not ours(engine, directory) and time.monotonic() < deadline:
+    while not commit_boxes() and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
-    found = ours(engine, directory)
+    found = commit_boxes()
     assert len(found) == 1
     return found
 
