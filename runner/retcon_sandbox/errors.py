@@ -8,6 +8,7 @@ uncovered or covered twice; 130 interrupted.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -112,6 +113,25 @@ class Interrupted(RetconError):
 
     exit_code = EXIT_INTERRUPTED
     kind = "interrupted"
+
+
+def env_number(name: str, default: float, integer: bool = False, meaning: str = "") -> float:
+    """A setting from the environment variable `name`: `default` when unset or blank, else a
+    number (a whole one if `integer`) greater than 0, or a ConfigError that names the variable
+    and what to set it to (`meaning`: what the number is, for that hint)."""
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return default
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value > 0:
+        return value
+    kind = "a whole number" if integer else "a number"
+    raise ConfigError(f"{name}={raw!r} is not {kind} greater than 0",
+                      f"Set {name} to {meaning or kind + ' greater than 0'}, or unset it "
+                      f"(default {default:g}).")
 
 
 def log_dir() -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from urllib.parse import urlsplit
 
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
-from retcon_sandbox.errors import ConfigError, GitError, ModelError, UsageError
+from retcon_sandbox.errors import GitError, ModelError, UsageError, env_number
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
@@ -75,10 +74,10 @@ class ModelOptions:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
                              "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
                              "needs no key (Ollama, vLLM).")
-        attempts = int(_env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
-        max_wait = _env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
-        timeout = self.timeout or _env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
-        deadline = _env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
+        attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
+        max_wait = env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
+        timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
+        deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
@@ -102,22 +101,6 @@ def check_base_url(explicit: str | None) -> str | None:
                          f"{problem}", "Set it to the API's base URL, such as "
                          "http://localhost:11434/v1, or unset it (OpenAI's own API).")
     return base_url
-
-
-def _env_number(name: str, default: float, integer: bool = False) -> float:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(int(raw)) if integer else float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        kind = "a whole number" if integer else "a number"
-        raise ConfigError(f"{name}={raw!r} is not {kind} greater than 0",
-                          f"Set {name} to {kind} greater than 0, or unset it (default "
-                          f"{default:g}).")
-    return value
 
 
 def _warn(text: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import itertools
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import docker.errors
 import requests
 
 from retcon_sandbox.backends import engines
-from retcon_sandbox.errors import ConfigError, ImageError, SandboxError
+from retcon_sandbox.errors import ImageError, SandboxError, env_number
 
 LABEL_RUN = "retcon-sandbox.run"
 LABEL_SPEC = "retcon-sandbox.spec"
@@ -33,16 +32,8 @@ CONNECT_DEADLINE_S = 20.0
 
 def _connect_deadline() -> float:
     """Seconds the engine has to answer its first requests (RETCON_SANDBOX_ENGINE_TIMEOUT)."""
-    raw = os.environ.get("RETCON_SANDBOX_ENGINE_TIMEOUT", "").strip()
-    try:
-        value = float(raw) if raw else CONNECT_DEADLINE_S
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"RETCON_SANDBOX_ENGINE_TIMEOUT={raw!r} is not a number greater "
-                          "than 0", "Set it to the seconds the engine has to answer, or unset "
-                          f"it (default {CONNECT_DEADLINE_S:g}).")
-    return value
+    return env_number("RETCON_SANDBOX_ENGINE_TIMEOUT", CONNECT_DEADLINE_S,
+                      meaning="the seconds the engine has to answer")
 
 
 def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) -> SandboxError:
