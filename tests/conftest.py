@@ -101,6 +101,25 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def cli_at_terminal(*args: str, typed: bytes, env: dict[str, str] | None = None,
+                    timeout: float = 120) -> Result:
+    """The real command line with a terminal as its standard input, on which `typed` is
+    written at once (an answer to a prompt it will show)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([*CLI, *args], cwd=NEUTRAL, stdin=follower,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **(env or {})})
+        os.close(follower)
+        os.write(leader, typed)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        os.close(leader)
+    return Result(proc.returncode, out, err)
+
+
 def llm_env(base_url: str) -> dict[str, str]:
     return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "test-key",
             "RETCON_SANDBOX_MODEL": "fake-model"}

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from retcon_sandbox.repo import demo as demo_project
-from tests.conftest import CLI, NEUTRAL, Demo, cli, git, llm_env, make_demo
+from tests.conftest import CLI, NEUTRAL, Demo, cli, cli_at_terminal, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction, stuck_then_fixed
 
@@ -308,22 +308,14 @@ def test_fixes_that_change_nothing_exhaust_the_budget(tmp_path: Path) -> None:
 
 
 def test_stuck_at_a_terminal_asks_for_a_note_and_goes_on(tmp_path: Path) -> None:
-    import pty
-
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, second = stuck_then_fixed()
     with FakeOpenAI(first + second) as model:
-        leader, follower = pty.openpty()
-        proc = subprocess.Popen(
-            [*CLI, "execute", str(demo.spec), "--sandbox", "local"], cwd=NEUTRAL, stdin=follower,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **llm_env(model.base_url)})
-        os.close(follower)
-        os.write(leader, b"Discounts only need check_price from commit 1.\n")
-        out, err = proc.communicate(timeout=120)
-        os.close(leader)
-    assert proc.returncode == 0, out + err
-    assert "Type a resolution note" in out
+        result = cli_at_terminal("execute", str(demo.spec), "--sandbox", "local",
+                                 typed=b"Discounts only need check_price from commit 1.\n",
+                                 env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    assert "Type a resolution note" in result.out
     assert '{ resolved = "Discounts only need check_price from commit 1." }' in \
         demo.spec.read_text()
 

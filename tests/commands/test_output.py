@@ -4,9 +4,7 @@ happens, the summary after squashing, `status`, JSON events, `-h` and `--version
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import pytest
 from retcon_sandbox import __version__
 from retcon_sandbox.repo import demo as d
 from retcon_sandbox.repo import demo as demo_project
-from tests.conftest import CLI, NEUTRAL, Demo, Result, cli, llm_env, make_demo
+from tests.conftest import Demo, Result, cli, cli_at_terminal, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI, Step, call
 from tests.scripts import reconstruction, stuck_then_fixed, with_gaps, write
 
@@ -249,22 +247,13 @@ def test_a_cut_off_branch_update_is_recovered(demo: Demo) -> None:
 
 
 def test_no_stuck_message_before_the_interactive_prompt(tmp_path: Path) -> None:
-    import pty
-
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, _ = stuck_then_fixed()
     with FakeOpenAI(first) as model:
-        leader, follower = pty.openpty()
-        proc = subprocess.Popen(
-            [*CLI, "execute", str(demo.spec), "--sandbox", "local"], cwd=NEUTRAL, stdin=follower,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **llm_env(model.base_url)})
-        os.close(follower)
-        os.write(leader, b"SKIP\n")
-        out, err = proc.communicate(timeout=120)
-        os.close(leader)
-    assert proc.returncode == 3, out + err
-    before, after = out.split("Type a resolution note")
+        result = cli_at_terminal("execute", str(demo.spec), "--sandbox", "local",
+                                 typed=b"SKIP\n", env=llm_env(model.base_url))
+    assert result.code == 3, result.out + result.err
+    before, after = result.out.split("Type a resolution note")
     assert "LLM: " in before and "Stuck - stopping" not in before
     assert "Stuck - stopping" in after  # the person chose to stop
 
