@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "runner" / "retcon_sandbox"
 LAYERS = ["spec", "repo", "backends", "verify", "model", "plan", "reconstruct", "commands",
           "cli"]
 ADAPTERS = {"docker": "backends.docker.engine", "git": "repo.gitrepo", "gitdb": "repo.gitrepo",
-            "openai": "model.llm", "requests": "backends.docker.engine",
+            "openai": "model.llm", "paramiko": "backends.docker.engine",
+            "requests": "backends.docker.engine",
             "tenacity": "model.llm"}
 
 

@@ -8,6 +8,7 @@ typed result; nothing outside this module sees a docker exception or a docker ob
 from __future__ import annotations
 
 import contextlib
+import importlib
 import ipaddress
 import itertools
 import os
@@ -48,10 +49,29 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
             f"{deadline:g} s", "Check that DOCKER_HOST names a Docker engine and that it is "
             "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
             "a slow one.")
+    if endpoint.host.startswith("ssh://"):
+        return SandboxError(
+            f"no Docker engine answers at {where}: {_first_line(exc)}",
+            f"`docker -H {endpoint.host} info` must work without a prompt: the server's key "
+            "must already be in ~/.ssh/known_hosts (an unknown host is never trusted; connect "
+            "once with ssh to check and record it), and your key must be accepted.")
     return SandboxError(
         f"no Docker engine answers at {where}: {_first_line(exc)}",
         "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
         "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.")
+
+
+def _connect_errors() -> tuple[type[BaseException], ...]:
+    """What connecting can raise besides the SDK's own errors: requests' (HTTP and unix
+    sockets), the socket's, and for ssh:// engines paramiko's (an optional dependency, so
+    looked up rather than imported)."""
+    found: tuple[type[BaseException], ...] = (
+        docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+    try:
+        paramiko = importlib.import_module("paramiko")
+    except ImportError:
+        return found
+    return (*found, paramiko.SSHException)
 
 
 class EngineError(SandboxError):
@@ -69,7 +89,7 @@ class DockerEngine:
                                           environment=self.endpoint.environment)
             self.client.ping()
             engines.refuse_unsupported(self.endpoint, self.client.version())
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except _connect_errors() as exc:
             raise _no_engine(exc, deadline, self.endpoint) from None
         self.client.api.timeout = 120
 
