@@ -31,7 +31,7 @@ from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, Us
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter, plain_terminal
 from retcon_sandbox.spec.file import Spec, SpecFile
-from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
+from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError, final_test
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import REF, Cache, Outcome
@@ -89,7 +89,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                                           args.keep_environments)
     plan = make_plan(args, reporter)
     settings = plan.settings
-    commands = Commands(settings.build, settings.test, settings.timeout,
+    commands = Commands(settings.build, final_test(settings, args.test), settings.timeout,
                         frozenset(args.skip))
     if not (commands.planned("build") or commands.planned("test")):
         raise ConfigError("nothing to verify with: no build or test command"
@@ -114,12 +114,14 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
                   sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache), trust_notes=bool(args.trust_notes),
-                  skip=sorted(commands.skip))
+                  skip=sorted(commands.skip), build=commands.planned("build"),
+                  test=commands.planned("test"))
     display = make_display(args.json, reporter, plan, commands)
     if not args.json:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
                        f"  Sandbox: {backend.describe()}\n"
                        + (f"  Engine: {engine}\n" if engine else "")
+                       + f"  Commands: {commands_line(commands, settings, args.test)}\n"
                        + f"  Cache: {REF} ({cache_mode(args)}; environment {environment})\n"),
               flush=True)
     display.begin()
@@ -150,6 +152,14 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     code = display.end(seconds)
     outputs.finish(plan.label, plan.rows, seconds)
     return code
+
+
+def commands_line(commands: Commands, settings: SandboxSettings, override: str | None) -> str:
+    """The build and test commands this run gives every tree, and where the test's came from."""
+    test = commands.planned("test")
+    origin = " ([sandbox] test_final)" if test and override is None and settings.test_final \
+        else ""
+    return f"build `{commands.planned('build') or '-'}`, test `{test or '-'}`{origin}"
 
 
 def cache_mode(args: argparse.Namespace) -> str:
