@@ -37,6 +37,7 @@ from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import REF, Cache, Outcome
 from retcon_sandbox.verify.ci import Outputs
 from retcon_sandbox.verify.pool import Item, Pool, default_jobs
+from retcon_sandbox.verify.shard import Shard, distinct_trees
 from retcon_sandbox.verify.stages import Commands, Verifier
 from retcon_sandbox.verify.table import (
     RangeTarget,
@@ -59,7 +60,14 @@ class Plan:
     spec: Spec | None
     settings: SandboxSettings
     label: str  # the range, as the user reads it
-    rows: list[Row]
+    rows: list[Row]  # this shard's (all of the range without --shard)
+    trees: int = 0  # distinct trees in the whole range
+    shard: Shard | None = None
+
+    @property
+    def shard_line(self) -> str:
+        """`Shard 2/3: 4 of 11 trees`, or "" without --shard."""
+        return self.shard.line(distinct_trees(self.rows), self.trees) if self.shard else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,11 +123,12 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                   sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache), trust_notes=bool(args.trust_notes),
                   skip=sorted(commands.skip), build=commands.planned("build"),
-                  test=commands.planned("test"))
+                  test=commands.planned("test"), shard=shard_event(plan))
     display = make_display(args.json, reporter, plan, commands)
     if not args.json:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
-                       f"  Sandbox: {backend.describe()}\n"
+                       + (f"  {plan.shard_line}\n" if plan.shard else "")
+                       + f"  Sandbox: {backend.describe()}\n"
                        + (f"  Engine: {engine}\n" if engine else "")
                        + f"  Commands: {commands_line(commands, settings, args.test)}\n"
                        + f"  Cache: {REF} ({cache_mode(args)}; environment {environment})\n"),
@@ -152,6 +161,13 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     code = display.end(seconds)
     outputs.finish(plan.label, plan.rows, seconds)
     return code
+
+
+def shard_event(plan: Plan) -> dict[str, int] | None:
+    if plan.shard is None:
+        return None
+    return {"k": plan.shard.k, "n": plan.shard.n, "trees": distinct_trees(plan.rows),
+            "of": plan.trees}
 
 
 def commands_line(commands: Commands, settings: SandboxSettings, override: str | None) -> str:
@@ -200,7 +216,9 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
         raise GitError(f"no commits to verify in {label}",
                        "BASE..TIP names the commits reachable from TIP and not from BASE.")
     rows = [Row(i, sha, tree, subject) for i, (sha, tree, subject) in enumerate(commits, 1)]
-    return Plan(repo, spec, settings, label, rows)
+    shard: Shard | None = args.shard
+    return Plan(repo, spec, settings, label, shard.select(rows) if shard else rows,
+                distinct_trees(rows), shard)
 
 
 def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
@@ -242,6 +260,7 @@ class Display:
 
     def __init__(self, plan: Plan, commands: Commands, out: TextIO) -> None:
         self.rows = plan.rows
+        self.shard_line = plan.shard_line
         self.planned = {"build": bool(commands.planned("build")),
                         "test": bool(commands.planned("test"))}
         self.digits = len(str(len(plan.rows)))
@@ -271,7 +290,8 @@ class Display:
         if lines:
             self.out.write("\nClaimed by others (notes your key does not authenticate):\n"
                            + "\n".join(lines) + "\n")
-        self.out.write("\n" + summary(t, seconds) + "\n")
+        self.out.write("\n" + (self.shard_line + "; " if self.shard_line else "")
+                       + summary(t, seconds) + "\n")
         if not t.ok:
             self.out.write("Exit 3: fix the failing commits (the tails of their output are "
                            "above) and verify again; --no-cache runs cached ones again.\n")
