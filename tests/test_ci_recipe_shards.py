@@ -152,3 +152,10 @@ def test_the_recipes_push_and_merge_steps_leave_every_tree_cached(tmp_path: Path
     verified = [e for e in map(json.loads, after.out.splitlines())
                 if e["event"] == "commit_verified"]
     assert len(verified) == 9 and all(e["cached"] for e in verified)
+
+
+def test_docs_scaling_shows_the_workflow_verbatim() -> None:
+    doc = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    assert blocks == [WORKFLOW.read_text(encoding="utf-8")]
+    assert "no cluster" in doc.lower() and "What is untested" in doc
