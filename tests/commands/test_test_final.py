@@ -105,3 +105,13 @@ def test_results_under_test_and_test_final_never_stand_for_each_other(tmp_path: 
     got_light, got_full = Cache(repo).get(tree, light, 600), Cache(repo).get(tree, full, 600)
     assert got_light is not None and got_light.passed
     assert got_full is not None and not got_full.passed and got_full.tail == "boom"
+
+
+def test_skipping_the_tests_skips_the_final_tests_too(tmp_path: Path) -> None:
+    demo = demo_with(tmp_path, "false")
+    result = cli("execute", str(demo.spec), *LOCAL, "--skip", "test", "--json")
+    assert result.code == 0, result.out + result.err
+    found = events(result.out)
+    assert not [e for e in found if e["event"] in ("final_verify", "final_tree")]
+    (summary,) = [e for e in found if e["event"] == "summary"]
+    assert summary["tests"] is None

@@ -139,7 +139,8 @@ def execute(options: ExecuteOptions) -> int:
                             envs.prepared_id)
         final = Verifier(Commands(settings.build, settings.test_final, settings.timeout,
                                   options.skip), reporter, cache, environment,
-                         envs.prepared_id) if settings.test_final else None
+                         envs.prepared_id) \
+            if settings.test_final and "test" not in options.skip else None
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance,
