@@ -146,7 +146,8 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                              "path(s)"),
     "final_verify": lambda d: f"\nFinal tests on the finished tree: {d['command']}",
     "final_tree": lambda d: (f"  Final tree {_short(d['tree'])}: {d['verdict']}"
-                             + (" (cached)" if d.get("cached") else f" ({d['seconds']:.1f} s)")),
+                             + (" (cached)" if d.get("cached") else f" ({d['seconds']:.1f} s)")
+                             + (f"\n{_indent(d['tail'])}" if d.get("tail") else "")),
     "summary": lambda d: _summary(d),
 }
 

@@ -51,6 +51,8 @@ def test_a_final_test_that_fails_on_the_finished_tree_is_reported_there(tmp_path
     assert len(final) == 1 and final[0]["passed"] is False
     assert final[0]["tree"] == demo.git("rev-parse", "feature^{tree}")
     assert final[0]["command"] == "test ! -f docs/discounts.md"
+    assert isinstance(final[0]["tail"], str)
+    assert all(isinstance(e["number"], int) for e in found if e["event"] == "failure_output")
     assert all(e["verdict"] == "PASS" for e in found if e["event"] == "tests")
     (summary,) = [e for e in found if e["event"] == "summary"]
     tests = summary["tests"]
@@ -64,6 +66,7 @@ def test_a_final_test_that_fails_on_the_finished_tree_is_reported_there(tmp_path
     assert ("Tests: 0 commit trees ran `python3 -m pytest -q -p no:cacheprovider`, the final "
             "tree ran `test ! -f docs/discounts.md` (FAIL (exit 1), cached)") in again.out
     assert "fails the final tests" in again.out
+    assert "Final tree " in again.out and ": FAIL (exit 1) (cached)" in again.out
 
 
 def test_each_commit_runs_test_and_verify_runs_test_final(tmp_path: Path) -> None:

@@ -44,9 +44,8 @@ def final_check(run: Run, tip: str) -> FinalCheck | None:
     check = FinalCheck(command, tree, outcomes[tree])
     run.report.emit("final_tree", tree=tree, command=command, verdict=check.verdict,
                     passed=check.outcome.passed, cached=check.outcome.cached,
-                    seconds=round(check.outcome.seconds, 3))
-    if not check.outcome.passed:
-        run.report.emit("failure_output", number=None, final=True, tail=check.outcome.tail)
+                    seconds=round(check.outcome.seconds, 3),
+                    tail=None if check.outcome.passed else check.outcome.tail)
     return check
 
 
