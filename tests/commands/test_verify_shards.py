@@ -147,3 +147,33 @@ def test_the_shard_line_is_printed(tmp_path: Path) -> None:
     assert result.code == 0, result.out + result.err  # trees 2 and 5 of 7: both pass
     assert "Shard 2/3: 2 of 7 trees" in result.out
     assert "Shard 2/3: 2 of 7 trees; 2 commits: 2 passed" in result.out
+
+
+def test_an_empty_shard_on_a_terminal_moves_no_cursor(tmp_path: Path) -> None:
+    """N above the number of trees: nothing to do, exit 0, and no table to redraw."""
+    import os
+    import pty
+
+    from tests.conftest import CLI
+
+    origin = tmp_path / "origin"
+    origin_with_feature(origin)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, "verify", "main..feature", "--repo", str(origin), *COMMANDS,
+                             *LOCAL, "--shard", "9/9"], stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **KEY, "TERM": "xterm", "NO_COLOR": ""})
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    text = out.decode()
+    assert "Shard 9/9: 0 of 7 trees" in text and "\x1b[" not in text, text
