@@ -32,6 +32,7 @@ from retcon_sandbox.errors import (
 )
 from retcon_sandbox.report import JsonReporter, set_verbosity
 from retcon_sandbox.text import sanitize, url_problem
+from retcon_sandbox.verify.shard import Shard, parse_shard
 
 PROG = "retcon-sandbox"
 
@@ -57,6 +58,13 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
     return value
+
+
+def shard_option(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def size_option(text: str) -> int:
@@ -246,6 +254,9 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "failing commit (the run's own output is never read as a workflow command)")
     p.add_argument("--junit", metavar="FILE",
                    help="also write a JUnit XML report: one test case per commit")
+    p.add_argument("--shard", type=shard_option, metavar="K/N",
+                   help="verify only job K's share of N (a CI matrix): the range's distinct "
+                   "trees in order, round robin; N jobs cover each tree once (docs/scaling.md)")
     p.set_defaults(command="verify")
 
 

@@ -144,8 +144,27 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "tree_check": lambda d: ("\nTree check: cleaned == source ✓" if d["equal"] else
                              f"\nTree check: ✗ cleaned differs from source in {d['differing']} "
                              "path(s)"),
+    "final_verify": lambda d: f"\nFinal tests on the finished tree: {d['command']}",
+    "final_tree": lambda d: (f"  Final tree {_short(d['tree'])}: {d['verdict']}"
+                             + (" (cached)" if d.get("cached") else f" ({d['seconds']:.1f} s)")
+                             + (f"\n{_indent(d['tail'])}" if d.get("tail") else "")),
     "summary": lambda d: _summary(d),
 }
+
+
+def _tests(tests: dict[str, Any] | None) -> list[str]:
+    """Which trees got which test command: `Tests: 5 commit trees ran `X`, the final tree ran
+    `Y` (PASS)`."""
+    if not tests:
+        return []
+    each, final = tests["each_commit"], tests.get("final")
+    trees = each["trees"]
+    parts = [f"{trees} commit tree{'s' if trees != 1 else ''} ran `{each['command']}`"
+             if each["command"] else "no test command on each commit"]
+    if final is not None:
+        parts.append(f"the final tree ran `{final['command']}` ({final['verdict']}"
+                     + (", cached" if final.get("cached") else "") + ")")
+    return ["  Tests: " + ", ".join(parts)]
 
 
 _WHY = {"new file": "new file", "binary": "binary, compared whole",
@@ -188,6 +207,11 @@ def _summary(d: dict[str, Any]) -> str:
                          + sanitize_name(first["first"]))
     if any(item["foreign"] for item in d.get("provenance") or ()):
         lines.append("    ⚠ marks paths that exist in neither: check them before you push.")
+    lines += _tests(d.get("tests"))
+    final = (d.get("tests") or {}).get("final")
+    if final is not None and not final["passed"]:
+        lines.append("  ✗ The finished tree fails the final tests (output above). It equals the "
+                     "source's tree, so the source branch fails them too: fix it there (exit 3).")
     tokens = d.get("tokens") or {}
     if tokens:
         lines.append("  Tokens: " + ", ".join(f"{'#' if k.isdigit() else ''}{k} {v:,}"
@@ -200,7 +224,7 @@ def _summary(d: dict[str, Any]) -> str:
 
 # What --quiet still shows: what went wrong or needs a look, and the outcome.
 QUIET_EVENTS = frozenset({"warning", "leftover", "stopping", "llm_stuck", "nothing_to_extract",
-                          "tree_check", "summary", "failure_output"})
+                          "tree_check", "summary", "failure_output", "final_tree"})
 _verbosity = [0]  # -1 --quiet, 0, 1 --verbose (set once by the command line)
 
 

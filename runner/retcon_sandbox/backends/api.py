@@ -163,7 +163,15 @@ class Sandbox(Protocol):
 
 
 class Backend(Protocol):
-    """Where sandboxes run. `open` gives one fresh sandbox, removed when the block exits."""
+    """Where sandboxes run. `open` gives one fresh sandbox, removed when the block exits.
+
+    This is all the loop and `verify` need: a sandbox that speaks the helper's protocol over a
+    byte stream (no volume, no port), a way to remove what a killed run left (`reap`, by the
+    run's labels), and what keys the cache (`environment`). A pod reached by an exec stream
+    fits it as a container does (docs/scaling.md). Two things are not in it and stay Docker's
+    alone: prepared environments (`[sandbox] setup`: a container committed to an image, see
+    `Environments`) and the workspace's git metadata (`DockerSandbox.prepare_workspace`); any
+    other backend runs without them, with a warning."""
 
     name: str
 

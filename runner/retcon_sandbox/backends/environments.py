@@ -241,10 +241,15 @@ class Environments:
                              "set [sandbox] git_metadata = false if the project needs none")
 
     def _local_warning(self) -> None:
+        """Prepared environments (and the workspace's git metadata) need the Docker backend's
+        own operations, outside the `Backend` Protocol: any other backend runs without them."""
         if self.settings.setup and not self._warned:
             self._warned = True
-            self.report.emit("warning", message="--sandbox local does not run [sandbox] setup: "
-                             "the host's own environment is used")
+            name = self.backend.name
+            used = "the host's own environment is used" if name == "local" else \
+                "its sandboxes start from the image as it is"
+            self.report.emit("warning", message=f"--sandbox {name} does not run [sandbox] "
+                             f"setup: {used}")
 
     # -- setup -------------------------------------------------------------------------------
 

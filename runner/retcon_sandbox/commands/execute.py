@@ -25,7 +25,7 @@ from retcon_sandbox.commands.options import (
     require_model,
     sandbox_settings,
 )
-from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK
 from retcon_sandbox.reconstruct import engine
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
@@ -133,9 +133,14 @@ def execute(options: ExecuteOptions) -> int:
                             fresh=options.no_cache)
         cache = Cache(repo, read=not options.no_cache, trust=options.trust_notes)
         cache.check()
+        environment = backend.environment() + envs.describe()
         verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
-                                     options.skip), reporter, cache,
-                            backend.environment() + envs.describe(), envs.prepared_id)
+                                     options.skip), reporter, cache, environment,
+                            envs.prepared_id)
+        final = Verifier(Commands(settings.build, settings.test_final, settings.timeout,
+                                  options.skip), reporter, cache, environment,
+                         envs.prepared_id) \
+            if settings.test_final and "test" not in options.skip else None
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance,
@@ -143,7 +148,7 @@ def execute(options: ExecuteOptions) -> int:
                              adopt_branch=options.adopt_branch),
                   settings, envs,
                   ask=ask_note if interactive else None,
-                  source=revs.source, base=revs.base)
+                  source=revs.source, base=revs.base, final=final)
         try:
             result = engine.run(ctx)
         finally:
@@ -152,7 +157,9 @@ def execute(options: ExecuteOptions) -> int:
             if verifier.cache is not None and verifier.cache.problem:
                 reporter.emit("warning", message="build and test results were not cached: "
                               + verifier.cache.problem)
-    return EXIT_OK if result.trees_equal else EXIT_ERROR
+    if not result.trees_equal:
+        return EXIT_ERROR
+    return EXIT_OK if result.final_passed else EXIT_STUCK
 
 
 def needs_model(repo: Repo, spec: Spec, tip: str, source: str) -> bool:

@@ -31,12 +31,13 @@ from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, Us
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter, plain_terminal
 from retcon_sandbox.spec.file import Spec, SpecFile
-from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
+from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError, final_test
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import REF, Cache, Outcome
 from retcon_sandbox.verify.ci import Outputs
 from retcon_sandbox.verify.pool import Item, Pool, default_jobs
+from retcon_sandbox.verify.shard import Shard, distinct_trees
 from retcon_sandbox.verify.stages import Commands, Verifier
 from retcon_sandbox.verify.table import (
     RangeTarget,
@@ -59,7 +60,14 @@ class Plan:
     spec: Spec | None
     settings: SandboxSettings
     label: str  # the range, as the user reads it
-    rows: list[Row]
+    rows: list[Row]  # this shard's (all of the range without --shard)
+    trees: int = 0  # distinct trees in the whole range
+    shard: Shard | None = None
+
+    @property
+    def shard_line(self) -> str:
+        """`Shard 2/3: 4 of 11 trees`, or "" without --shard."""
+        return self.shard.line(distinct_trees(self.rows), self.trees) if self.shard else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +97,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                                           args.keep_environments)
     plan = make_plan(args, reporter)
     settings = plan.settings
-    commands = Commands(settings.build, settings.test, settings.timeout,
+    commands = Commands(settings.build, final_test(settings, args.test), settings.timeout,
                         frozenset(args.skip))
     if not (commands.planned("build") or commands.planned("test")):
         raise ConfigError("nothing to verify with: no build or test command"
@@ -114,12 +122,15 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
                   sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache), trust_notes=bool(args.trust_notes),
-                  skip=sorted(commands.skip))
+                  skip=sorted(commands.skip), build=commands.planned("build"),
+                  test=commands.planned("test"), shard=shard_event(plan))
     display = make_display(args.json, reporter, plan, commands)
     if not args.json:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
-                       f"  Sandbox: {backend.describe()}\n"
+                       + (f"  {plan.shard_line}\n" if plan.shard else "")
+                       + f"  Sandbox: {backend.describe()}\n"
                        + (f"  Engine: {engine}\n" if engine else "")
+                       + f"  Commands: {commands_line(commands, settings, args.test)}\n"
                        + f"  Cache: {REF} ({cache_mode(args)}; environment {environment})\n"),
               flush=True)
     display.begin()
@@ -150,6 +161,21 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     code = display.end(seconds)
     outputs.finish(plan.label, plan.rows, seconds)
     return code
+
+
+def shard_event(plan: Plan) -> dict[str, int] | None:
+    if plan.shard is None:
+        return None
+    return {"k": plan.shard.k, "n": plan.shard.n, "trees": distinct_trees(plan.rows),
+            "of": plan.trees}
+
+
+def commands_line(commands: Commands, settings: SandboxSettings, override: str | None) -> str:
+    """The build and test commands this run gives every tree, and where the test's came from."""
+    test = commands.planned("test")
+    origin = " ([sandbox] test_final)" if test and override is None and settings.test_final \
+        else ""
+    return f"build `{commands.planned('build') or '-'}`, test `{test or '-'}`{origin}"
 
 
 def cache_mode(args: argparse.Namespace) -> str:
@@ -190,7 +216,9 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
         raise GitError(f"no commits to verify in {label}",
                        "BASE..TIP names the commits reachable from TIP and not from BASE.")
     rows = [Row(i, sha, tree, subject) for i, (sha, tree, subject) in enumerate(commits, 1)]
-    return Plan(repo, spec, settings, label, rows)
+    shard: Shard | None = args.shard
+    return Plan(repo, spec, settings, label, shard.select(rows) if shard else rows,
+                distinct_trees(rows), shard)
 
 
 def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
@@ -232,6 +260,7 @@ class Display:
 
     def __init__(self, plan: Plan, commands: Commands, out: TextIO) -> None:
         self.rows = plan.rows
+        self.shard_line = plan.shard_line
         self.planned = {"build": bool(commands.planned("build")),
                         "test": bool(commands.planned("test"))}
         self.digits = len(str(len(plan.rows)))
@@ -261,7 +290,8 @@ class Display:
         if lines:
             self.out.write("\nClaimed by others (notes your key does not authenticate):\n"
                            + "\n".join(lines) + "\n")
-        self.out.write("\n" + summary(t, seconds) + "\n")
+        self.out.write("\n" + (self.shard_line + "; " if self.shard_line else "")
+                       + summary(t, seconds) + "\n")
         if not t.ok:
             self.out.write("Exit 3: fix the failing commits (the tails of their output are "
                            "above) and verify again; --no-cache runs cached ones again.\n")

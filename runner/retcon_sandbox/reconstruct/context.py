@@ -67,6 +67,7 @@ class Run:
     envs: Environments
     ask: AskNote | None = None
     source: str = ""
+    final: Verifier | None = None  # `[sandbox] test_final`: the finished branch's check
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
     _source_entries: dict[str, TreeEntry] | None = None

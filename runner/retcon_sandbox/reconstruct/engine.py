@@ -1,6 +1,7 @@
 """The reconstruction, as a short driver: prepare the cleaned branch, process each logical
 commit (steps/commit.py), take care of what no commit took (steps/remainder.py), optionally squash
-(steps/squash.py), and check that the cleaned tree equals the source tree.
+(steps/squash.py), check that the cleaned tree equals the source tree, and test that tree with
+`test_final` when the spec has one (steps/final.py).
 
 Every action appends exactly one entry to the spec, and the next action is derived from the
 history again, so a run can stop anywhere and the next run goes on from the file.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from retcon_sandbox.errors import GitError
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
+from retcon_sandbox.reconstruct.steps.final import final_check, tests_summary
 from retcon_sandbox.reconstruct.steps.remainder import remainder
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
@@ -24,6 +26,7 @@ from retcon_sandbox.verify.stages import check_runnable
 class Result:
     complete: bool
     trees_equal: bool
+    final_passed: bool = True  # the finished tree under `test_final` (True when none is set)
 
 
 def run(ctx: Run) -> Result:
@@ -53,6 +56,8 @@ def preflight(ctx: Run) -> None:
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
     with ctx.envs.sandbox("preflight", ctx.repo.tree_of(tip)) as opened:
         check_runnable(opened.box, ctx.verifier.commands)
+        if ctx.final is not None:
+            check_runnable(opened.box, ctx.final.commands)
 
 
 CREATED = "create at merge-base"  # the reflog's reason when a run creates the cleaned branch
@@ -157,6 +162,7 @@ def finish(ctx: Run) -> Result:
     equal = ctx.repo.tree_of(tip) == ctx.repo.tree_of(ctx.source)
     differing = 0 if equal else len(ctx.repo.changed_paths(tip, ctx.source))
     ctx.report.emit("tree_check", equal=equal, differing=differing)
+    check = final_check(ctx, tip) if equal else None
     base = first_parent(ctx)
     nothing = [{"number": c.number, "subject": c.subject, "reason": step.nothing}
                for c in ctx.spec.commits
@@ -170,5 +176,7 @@ def finish(ctx: Run) -> Result:
         "summary", complete=True, provenance=origins, logical=len(ctx.spec.commits) - len(nothing),
         fixes=sum(fixes_of(ctx, c) for c in ctx.spec.commits),
         squashed=ctx.options.squash_wip, branch=ctx.spec.cleaned, base=base, tip=tip,
-        commits=len(ctx.repo.log(base, tip)), nothing=nothing, tokens=ctx.tokens)
-    return Result(complete=True, trees_equal=equal)
+        commits=len(ctx.repo.log(base, tip)), nothing=nothing, tokens=ctx.tokens,
+        tests=tests_summary(ctx, check))
+    return Result(complete=True, trees_equal=equal,
+                  final_passed=check is None or check.outcome.passed)

@@ -137,6 +137,8 @@ SETTINGS: tuple[Setting, ...] = (
             "--allow-pull)", "retcon-sandbox/base"),
     Setting("build", text, None, "the build command, run by /bin/sh in /workspace", "none"),
     Setting("test", text, None, "the test command", "none"),
+    Setting("test_final", text, None, "the test command for the finished branch and `verify`, "
+            "when lighter tests run on each commit", "the `test` command"),
     Setting("setup", commands, (), "commands that prepare the environment (the only step with "
             "network: package registries only)", "none"),
     Setting("setup_inputs", patterns, None, "files whose content keys the prepared environment",
@@ -191,6 +193,7 @@ class SandboxSettings:
     image: str | None
     build: str | None
     test: str | None
+    test_final: str | None
     setup: tuple[str, ...]
     setup_inputs: tuple[str, ...] | None
     timeout: float
@@ -228,3 +231,11 @@ class SandboxSettings:
 
 
 DEFAULTS = SandboxSettings.parse({})
+
+
+def final_test(settings: SandboxSettings, test_override: str | None = None) -> str | None:
+    """The test command the finished branch and `verify` run: `test_final`, else `test`. A
+    `--test` given on the command line is the user's choice for this run and wins."""
+    if test_override is not None:
+        return settings.test
+    return settings.test_final or settings.test

@@ -23,6 +23,12 @@ verdicts, the failure's text and the tool's version. A line whose HMAC does not 
 claim by others: it is shown as such and its tree runs again, unless `--trust-notes`. Lines are
 read strictly, in the exact form this tool writes (anything else is foreign and ignored), sizes
 are capped, and a notes ref that is not a notes commit is an error that says how to clear it.
+
+Notes from several machines (the jobs of `verify --shard K/N`) merge with `git notes merge -s
+cat_sort_uniq`: a merged note is the jobs' lines, sorted and without duplicates. Each line
+stands alone (its own HMAC over its own tree and fields), so a merged note is read line by line
+like any other; the newest line of a key is found by its time, not its place; and this user's
+own result always comes before a claim by others, whatever their times (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -238,6 +244,17 @@ def parse_note(data: bytes) -> list[dict[str, Any]]:
     return records
 
 
+def newest_first(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A note's records, newest first: by their time (`at`), later lines first among equals.
+    A note that `git notes merge -s cat_sort_uniq` made of several jobs' notes has their lines
+    sorted as text, not in the order they were written; a record without a valid time sorts
+    last (it is not one this tool wrote, and `decode` refuses it anyway)."""
+    def at(record: dict[str, Any]) -> int:
+        value = record.get("at")
+        return value if isinstance(value, int) and not isinstance(value, bool) else -1
+    return sorted(reversed(records), key=at, reverse=True)
+
+
 def _same_key(record: dict[str, Any], key: Key) -> bool:
     return (record.get("build"), record.get("test"), record.get("environment")) == \
         (key.build, key.test, key.environment)
@@ -294,7 +311,7 @@ class Cache:
         """The usable results of `tree` under `key`, newest first, each with whether this
         user's key authenticates it."""
         found = []
-        for record in reversed(self._records(tree)):  # the newest line wins
+        for record in newest_first(self._records(tree)):
             decoded = decode(record)
             if decoded and decoded[0] == key and decoded[1].usable(timeout):
                 found.append((decoded[1], authentic(tree, record, self.key)))
@@ -304,12 +321,11 @@ class Cache:
         """A result this user recorded; under `trust`, also one claimed by others."""
         if not self.read:
             return None
-        for outcome, ours in self._found(tree, key, timeout):
-            if ours:
-                return outcome
-            if self.trust:
-                return replace(outcome, claimed=True)
-        return None
+        found = self._found(tree, key, timeout)
+        mine = next((outcome for outcome, ours in found if ours), None)
+        if mine is not None or not self.trust:
+            return mine  # ours first: a claim, even a newer one, never hides our own result
+        return next((replace(outcome, claimed=True) for outcome, _ in found), None)
 
     def claim(self, tree: str, key: Key, timeout: float) -> Outcome | None:
         """The newest result of `tree` under `key` that others claim (its HMAC does not

@@ -72,6 +72,7 @@ class Pool:
             cached = self.verifier.lookup(item.tree)
             if cached is not None:
                 results[item.tree] = cached
+                self.verifier.saw(item.tree, cached)
                 finished(item, cached)
             else:
                 pending.append(item)
@@ -97,6 +98,7 @@ class Pool:
                     with self._git:
                         self.verifier.record(item.tree, outcome, key)
                     results[item.tree] = outcome
+                    self.verifier.saw(item.tree, outcome)
                     finished(item, outcome)
                 if tick is not None:
                     tick()

@@ -170,6 +170,12 @@ class Verifier:
         self.passed_here: set[str] = set()  # trees this process built and tested, that passed
         self.prepared = prepared
         self.claims: dict[str, Outcome] = {}  # tree -> what others claimed, seen before it ran
+        self.tested: set[str] = set()  # trees whose tests ran or were replayed from the cache
+
+    def saw(self, tree: str, outcome: Outcome) -> None:
+        """Count `tree` among those the test command checked (for the summary)."""
+        if outcome.stage("test") is not None:
+            self.tested.add(tree)
 
     @property
     def key(self) -> Key:
@@ -251,6 +257,7 @@ class Verifier:
         else:
             outcome = run_stages(lambda: state.command_box, self.commands, notify)
             self.record(tree, outcome)
+        self.saw(tree, outcome)
         if outcome.failure is None:
             return None
         self.report.emit("failure_output", number=number, tail=outcome.tail)

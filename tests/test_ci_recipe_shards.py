@@ -1,0 +1,161 @@
+"""The sharded GitHub Actions recipe (docs/ci/github-actions-shards.yml, shown in
+docs/scaling.md): a structural check of the workflow, as tests/test_ci_recipe.py does for the
+single-job one, and its own shell steps run for real: four shard jobs in four clones push their
+notes with the recipe's push step, the recipe's merge job merges and pushes them, and `verify`
+in a fresh clone then finds every tree cached. (GitHub itself does not run here: `${{ }}`
+expressions are substituted by the test, the local backend stands in for Docker.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from retcon_sandbox.cli import parser
+from retcon_sandbox.errors import UsageError
+from retcon_sandbox.verify.cache import REF
+from tests.conftest import ROOT, cli, git
+from tests.test_ci_recipe import EVENTS, JOB, STEP, TOP
+
+WORKFLOW = ROOT / "docs" / "ci" / "github-actions-shards.yml"
+RUN_ID = "4242"
+
+
+def load() -> dict[str, Any]:
+    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    if True in data:  # YAML 1.1 reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
+
+
+def matrix() -> list[int]:
+    shards = load()["jobs"]["verify"]["strategy"]["matrix"]["shard"]
+    assert isinstance(shards, list)
+    return shards
+
+
+def expand(text: str, shard: int | None = None) -> str:
+    """The `${{ }}` expressions the recipe uses, as GitHub would fill them in."""
+    text = text.replace("${{ github.run_id }}", RUN_ID)
+    if shard is not None:
+        text = text.replace("${{ matrix.shard }}", str(shard))
+    text = text.replace("${{ secrets.RETCON_SANDBOX_NOTES_KEY }}", "secret")
+    assert "${{" not in text, text
+    return text
+
+
+def test_the_workflow_has_the_shape_github_accepts() -> None:
+    data = load()
+    assert set(data) <= TOP and {"on", "jobs"} <= set(data)
+    on = data["on"]
+    assert set([on] if isinstance(on, str) else on) <= EVENTS
+    assert data["permissions"] == {"contents": "write"}  # the notes are pushed
+    assert set(data["jobs"]) == {"verify", "merge-notes"}
+    for name, job in data["jobs"].items():
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name)
+        assert set(job) <= JOB and isinstance(job["runs-on"], str)
+        assert all(isinstance(v, str) for v in (job.get("env") or {}).values())
+        for step in job["steps"]:
+            assert set(step) <= STEP, step
+            assert ("uses" in step) != ("run" in step), step
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+(\.\d+)*", step["uses"]), step
+            else:
+                assert "with" not in step and isinstance(step["run"], str)
+
+
+def test_the_matrix_covers_every_shard_once_and_each_job_verifies_its_own() -> None:
+    data = load()
+    job = data["jobs"]["verify"]
+    assert job["strategy"]["fail-fast"] is False  # a failing shard must not cancel the others
+    shards = matrix()
+    assert shards == list(range(1, len(shards) + 1)) and len(shards) >= 2
+    (command,) = [s["run"] for s in job["steps"] if s.get("run", "").startswith(
+        "retcon-sandbox verify")]
+    for k in shards:
+        words = shlex.split(expand(command, k).replace('"$RANGE"', data["env"]["RANGE"]))
+        try:
+            args = parser().parse_args(words[1:])
+        except (UsageError, SystemExit) as exc:
+            pytest.fail(f"{command}: {exc}")
+        assert (args.shard.k, args.shard.n) == (k, len(shards))
+        assert args.junit == f"junit-{k}.xml"
+    assert "RETCON_SANDBOX_NOTES_KEY" in job["env"]  # every job authenticates with one key
+
+
+def test_the_merge_job_waits_for_every_shard_and_merges_without_conflicts() -> None:
+    merge = load()["jobs"]["merge-notes"]
+    assert merge["needs"] == "verify" and merge["if"] == "always()"
+    script = "\n".join(s["run"] for s in merge["steps"] if "run" in s)
+    assert "merge -s cat_sort_uniq" in script
+    pushes = [s for s in load()["jobs"]["verify"]["steps"] if "git push" in s.get("run", "")]
+    assert len(pushes) == 1 and pushes[0]["if"] == "always()"  # failures are kept too
+
+
+def steps_of(job: str) -> list[str]:
+    return [s["run"] for s in load()["jobs"][job]["steps"] if "run" in s]
+
+
+def bash(script: str, cwd: Path, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=cwd, capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, f"{script}\n{proc.stdout}{proc.stderr}"
+
+
+def test_the_recipes_push_and_merge_steps_leave_every_tree_cached(tmp_path: Path) -> None:
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q")
+    (origin / "a").write_text("0\n")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-qm", "base")
+    git(origin, "checkout", "-qb", "feature-clean")
+    for i in range(1, 10):
+        (origin / "a").write_text(f"{i}\n")
+        git(origin, "commit", "-qam", f"c{i}")
+    git(origin, "checkout", "-q", "main")
+    data = load()
+    range_ = data["env"]["RANGE"]
+    key = {"RETCON_SANDBOX_NOTES_KEY": "the-secret-every-job-of-the-matrix-shares-0123456789"}
+    env = {**os.environ, **key}
+    (push,) = [s for s in steps_of("verify") if "git push" in s]
+    for k in matrix():
+        work = tmp_path / f"job{k}"
+        subprocess.run(["git", "clone", "-q", str(origin), str(work)], check=True)
+        result = cli("verify", range_, "--repo", str(work), "--sandbox", "local", "--build",
+                     "true", "--test", "true", "--shard", f"{k}/{len(matrix())}", env=key)
+        assert result.code == 0, result.out + result.err
+        bash(expand(push, k), work, env)
+    refs = git(origin, "for-each-ref", "--format=%(refname)", "refs/notes")
+    assert refs.splitlines() == [f"{REF}-run-{RUN_ID}-{k}" for k in matrix()]
+
+    merger = tmp_path / "merge"
+    subprocess.run(["git", "clone", "-q", str(origin), str(merger)], check=True)
+    for script in steps_of("merge-notes"):
+        bash(expand(script), merger, env)
+    assert git(origin, "for-each-ref", "--format=%(refname)", "refs/notes") == REF
+
+    fresh = tmp_path / "fresh"
+    subprocess.run(["git", "clone", "-q", str(origin), str(fresh)], check=True)
+    git(fresh, "fetch", "-q", "origin", f"{REF}:{REF}")
+    after = cli("verify", range_, "--repo", str(fresh), "--sandbox", "local", "--build", "true",
+                "--test", "true", "--json", env=key)
+    assert after.code == 0, after.out + after.err
+    verified = [e for e in map(json.loads, after.out.splitlines())
+                if e["event"] == "commit_verified"]
+    assert len(verified) == 9 and all(e["cached"] for e in verified)
+
+
+def test_docs_scaling_shows_the_workflow_verbatim() -> None:
+    doc = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    assert blocks == [WORKFLOW.read_text(encoding="utf-8")]
+    assert "no cluster" in doc.lower() and "What is untested" in doc
