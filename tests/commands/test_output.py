@@ -24,6 +24,7 @@ LOCAL = ("--sandbox", "local", "--non-interactive")
 RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch_continued",
               "remainder", "assigning", "squashed", "tree_check", "summary", "error",
               "model_retry", "squash_verify", "verify_start", "verify_summary",
+              "verify_phases",
               # a prepared environment serves every commit (and tree) with the same inputs
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
               "setup_pruned",

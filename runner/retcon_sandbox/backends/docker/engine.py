@@ -49,8 +49,11 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
     """The engine cannot be used: where we looked (DOCKER_HOST's value, or the context or
     default socket in use), and what to do."""
     host = os.environ.get("DOCKER_HOST")
-    where = (f"DOCKER_HOST={host}" if host
-             else f"{endpoint.describe()} (DOCKER_HOST is not set)")
+    if endpoint.source == "--engine":
+        where = f"--engine {endpoint.host}"
+    else:
+        where = (f"DOCKER_HOST={host}" if host
+                 else f"{endpoint.describe()} (DOCKER_HOST is not set)")
     if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
         return SandboxError(
             f"the Docker engine at {where} accepted the connection but did not answer within "
@@ -68,10 +71,11 @@ class EngineError(SandboxError):
 
 
 class DockerEngine:
-    """A connection to the engine at DOCKER_HOST (or the default socket)."""
+    """A connection to the engine at `endpoint` (default: DOCKER_HOST, the docker context, or
+    the default socket)."""
 
-    def __init__(self) -> None:
-        self.endpoint = engines.select()
+    def __init__(self, endpoint: engines.Endpoint | None = None) -> None:
+        self.endpoint = engines.select() if endpoint is None else endpoint
         deadline = _connect_deadline()
         try:
             self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
