@@ -90,9 +90,32 @@ def load() -> str:
     return "load average " + ", ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def cgroup_note() -> str:
+    """How the engine's containers weigh against the rest of the machine (cgroup v1 cpu)."""
+    parent = Path("/sys/fs/cgroup/cpu/docker")
+    if not (parent / "cpu.shares").exists():
+        return "cgroup: not v1 with a /docker cpu group here (nothing to say about its weight)"
+    shares = (parent / "cpu.shares").read_text().strip()
+    quota = (parent / "cpu.cfs_quota_us").read_text().strip()
+    running = next(line.split()[1] for line in Path("/proc/stat").read_text().splitlines()
+                   if line.startswith("procs_running"))
+    return (f"cgroup v1: every container sits under /docker (cpu.shares {shares}, quota {quota}):"
+            f" against busy processes outside containers ({running} running now), all the "
+            "sandboxes together weigh as much as one of them, so a second sandbox halves the "
+            "first one's CPU instead of adding a core")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def verify_json(cwd: Path, *args: str, env: dict[str, str] | None = None
                 ) -> tuple[float, dict[str, Any]]:
-    """Wall time of `verify ... --json`, and its verify_phases event."""
+    """Wall time of `verify ... --json`, and its verify_phases event (with `idle`: the share of
+    the machine's CPU time that was idle meanwhile)."""
+    ticks = cpu_ticks()
     start = time.perf_counter()
     proc = subprocess.run([*CLI, "verify", *args, "--json"], cwd=cwd, capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
@@ -100,8 +123,10 @@ def verify_json(cwd: Path, *args: str, env: dict[str, str] | None = None
     if proc.returncode != 0:
         sys.exit(f"verify {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n"
                  f"{proc.stderr}")
+    idle, total = (after - before for after, before in zip(cpu_ticks(), ticks, strict=True))
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return seconds, next(e for e in events if e["event"] == "verify_phases")
+    phases = next(e for e in events if e["event"] == "verify_phases")
+    return seconds, {**phases, "idle": idle / max(total, 1)}
 
 
 def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
@@ -125,13 +150,19 @@ def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
         print(f"  {name:<44} -j 1 {one:6.2f} s   -j 2 {two:6.2f} s   speedup {one / two:.2f}x"
               f"   (ideal {commits * burn:.0f} s / {commits * burn / 2:.0f} s of commands)")
     print(f"  ({load()} after; other processes share these cores, so the figures are "
-          "inflated and the ratio noisy)")
+          "inflated and the ratio noisy: see `cpu/cmd` and `idle` below)")
+    if box[-1] == "docker":
+        print(f"  {cgroup_note()}")
     print("\n  Per phase (seconds summed over threads; `waited`: a worker waiting for its next "
           "sandbox, the overhead on the critical path):")
-    print("  " + " " * 38 + "".join(f"{n:>10}" for n in PHASE_NAMES))
+    print("  `cpu/cmd`: the CPU a test got while it ran (its CPU seconds over its wall seconds: "
+          "1.00 is a whole core); `idle`: the machine's idle share meanwhile (0 %: saturated)")
+    print("  " + " " * 38 + "".join(f"{n:>12}" for n in (*PHASE_NAMES, "cpu/cmd", "idle")))
     for name, _, phases in rows:
-        print(f"  {name:<38}" + "".join(f"{phases['seconds'].get(n, 0.0):10.2f}"
-                                        for n in PHASE_NAMES))
+        share = commits * burn / max(phases["seconds"]["commands"], 1e-9)
+        print(f"  {name:<38}" + "".join(f"{phases['seconds'].get(n, 0.0):12.2f}"
+                                        for n in PHASE_NAMES)
+              + f"{share:12.2f}{phases['idle']:11.0%} ")
 
 
 def main() -> None:
