@@ -140,8 +140,10 @@ def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
     variants: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
         ("no look-ahead (as 0.3.0)", {"RETCON_SANDBOX_VERIFY_AHEAD": "0"}, ()),
         ("look-ahead", {}, ())]
-    variants += [(f"look-ahead, engines {' + '.join(engines)}", {},
-                  tuple(a for e in engines for a in ("--engine", e)))] if engines else []
+    if engines:
+        print(f"  (engines: {' + '.join(engines)})")
+        variants.append((f"look-ahead, {len(engines)} engines", {},
+                         tuple(a for e in engines for a in ("--engine", e))))
     for name, env, extra in variants:
         for jobs in ("1", "2"):
             seconds, phases = verify_json(project, *base, *extra, "-j", jobs, env=env)
