@@ -173,6 +173,9 @@ class Pool:
                 finally:
                     self.phases.add("waited", time.monotonic() - waited)
                 upcoming = None
+                if self._stop.is_set():  # opened while the batch was being stopped
+                    remover.submit(stack.close)
+                    raise _Stopped
                 try:
                     following = self._take() if self.ahead else None
                     if following is not None:
