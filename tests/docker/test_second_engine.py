@@ -1,9 +1,10 @@
 """A second Docker engine, over tcp://127.0.0.1: a `dockerd` of this test's own (its own data
 root, exec root, pidfile and socket under a temporary folder, no bridge and no iptables, so it
 does not touch the main engine's), with the base image loaded from the main engine
-(`docker save | docker load`: no registry is needed). `verify` runs on it alone, then spreads
-its sandboxes over both engines; an engine that lacks the image is named, with the command that
-loads it.
+(`docker save | docker load`: no registry is needed). Its storage driver is the main engine's
+own, else fuse-overlayfs, else vfs: the first with which it starts. `verify` runs on it alone,
+then spreads its sandboxes over both engines; an engine that lacks the image is named, with the
+command that loads it.
 
 It skips only where there is no `dockerd` to start; under CI (CI=true) it never skips, and a
 daemon that cannot start fails the test with its log.
@@ -57,17 +58,25 @@ def dockerd_argv(dockerd: str, root: Path, port: int, driver: str) -> list[str]:
             "--ip-masq=false", "--storage-driver", driver]
 
 
-def wait_ready(host: str, proc: subprocess.Popen[bytes], log: Path) -> DockerEngine:
+def wait_ready(host: str, proc: subprocess.Popen[bytes]) -> DockerEngine | None:
+    """The engine once it answers; None if the daemon exits first or never answers."""
     endpoint = engines.select(given=host)
     deadline = time.monotonic() + START_S
-    while True:
+    while proc.poll() is None and time.monotonic() < deadline:
         try:
             return DockerEngine(endpoint)
         except SandboxError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the second dockerd did not start (exit {proc.poll()}):\n"
-                            + log.read_text(errors="replace")[-4000:])
             time.sleep(0.5)
+    return None
+
+
+def drivers(engine: DockerEngine) -> list[str]:
+    """The storage drivers to try: the main engine's own (what works on this machine), then
+    fuse-overlayfs where it is installed, then vfs (slow, but works anywhere)."""
+    found = [str(engine.client.info().get("Driver") or "")]
+    if shutil.which("fuse-overlayfs"):
+        found.append("fuse-overlayfs")
+    return [d for d in dict.fromkeys([*found, "vfs"]) if d]
 
 
 def stop(proc: subprocess.Popen[bytes], root: Path) -> None:
@@ -97,20 +106,26 @@ def second(engine: DockerEngine) -> Iterator[Second]:
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the second-engine test, but `dockerd` is not installed")
         pytest.skip("no `dockerd` here to start a second engine with")
-    root = Path(tempfile.mkdtemp(prefix="retcon-dockerd-", dir="/tmp"))  # short: socket path
-    port = free_port()
-    driver = str(engine.client.info().get("Driver") or "vfs")  # what works on this machine
-    log = root / "dockerd.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(dockerd_argv(dockerd, root, port, driver), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    try:
-        host = f"tcp://127.0.0.1:{port}"
-        yield Second(host, wait_ready(host, proc, log), root)
-    finally:
-        stop(proc, root)
-    assert proc.poll() is not None and not root.exists()
+    logs: list[str] = []
+    for driver in drivers(engine):
+        root = Path(tempfile.mkdtemp(prefix="retcon-dockerd-", dir="/tmp"))  # short: a socket
+        host = f"tcp://127.0.0.1:{free_port()}"
+        log = root / "dockerd.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(dockerd_argv(dockerd, root, int(host.rsplit(":", 1)[1]),
+                                                 driver), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            ready = wait_ready(host, proc)
+            if ready is not None:
+                yield Second(host, ready, root)
+                return
+            logs.append(f"--- storage driver {driver}: exit {proc.poll()}\n"
+                        + log.read_text(errors="replace")[-3000:])
+        finally:
+            stop(proc, root)
+            assert proc.poll() is not None and not root.exists()
+    pytest.fail("a second dockerd could not start with any storage driver:\n" + "\n".join(logs))
 
 
 @pytest.fixture(scope="module")
