@@ -49,21 +49,24 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
     """The engine cannot be used: where we looked (DOCKER_HOST's value, or the context or
     default socket in use), and what to do."""
     host = os.environ.get("DOCKER_HOST")
-    if endpoint.source == "--engine":
+    given = endpoint.source == "--engine"
+    if given:
         where = f"--engine {endpoint.host}"
     else:
         where = (f"DOCKER_HOST={host}" if host
                  else f"{endpoint.describe()} (DOCKER_HOST is not set)")
+    setting = "--engine" if given else "DOCKER_HOST"
     if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
         return SandboxError(
             f"the Docker engine at {where} accepted the connection but did not answer within "
-            f"{deadline:g} s", "Check that DOCKER_HOST names a Docker engine and that it is "
+            f"{deadline:g} s", f"Check that {setting} names a Docker engine and that it is "
             "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
             "a slow one.")
     return SandboxError(
         f"no Docker engine answers at {where}: {_first_line(exc)}",
-        "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
-        "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.")
+        "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or "
+        + ("give another --engine" if given else "set DOCKER_HOST")
+        + "; `docker info` must work. Without Docker nothing untrusted can run.")
 
 
 class EngineError(SandboxError):
