@@ -1,6 +1,7 @@
 """The verification cache and `verify -j`, side by side with the alternative, in one run.
 
-    python3 bench/verify.py [--sandbox docker|local] [--commits 24]
+    python3 bench/verify.py [--sandbox docker|local] [--commits 24] [--only cache|scaling]
+                            [--cpu-commits 8] [--burn 3] [--engine HOST ...]
 
 Prints, each through the real command line (Python start-up included):
 - redoing the demo's reconstruction (cleaned branch and history entries deleted) with every tree
@@ -8,6 +9,11 @@ Prints, each through the real command line (Python start-up included):
 - `verify -j 1` against `verify -j 2` (both --no-cache) on the demo's clean branch and on a
   generated project of real size: COMMITS commits of a Python package whose test suite grows to
   a second or two, and `verify` again with every result cached.
+- scaling: `verify -j 1` against `-j 2` on a CPU-bound suite (CPU_COMMITS commits whose test
+  burns BURN seconds of CPU in python), with the look-ahead (the next sandbox opened while a
+  tree's commands run, removal off the critical path) and without it
+  (RETCON_SANDBOX_VERIFY_AHEAD=0, what 0.3.0 did), each with the per-phase breakdown that
+  `verify --json` reports (`verify_phases`: seconds summed over threads) and the machine's load.
 Nothing is asserted: these are figures to read.
 """
 
@@ -21,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from retcon_sandbox.commands.demo import create
 from retcon_sandbox.repo.gitrepo import Repo
@@ -73,10 +80,102 @@ def generated(directory: Path, commits: int) -> Path:
     return directory
 
 
+BURN = ("python3 -c \"import time; end = time.process_time() + {seconds}\n"
+        "while time.process_time() < end: sum(range(10000))\"")
+PHASE_NAMES = ("waited", "create", "git_wait", "git_tar", "load", "prepare", "commands",
+               "remove", "environment")
+
+
+def load() -> str:
+    return "load average " + ", ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def cgroup_note() -> str:
+    """How the engine's containers weigh against the rest of the machine (cgroup v1 cpu)."""
+    parent = Path("/sys/fs/cgroup/cpu/docker")
+    if not (parent / "cpu.shares").exists():
+        return "cgroup: not v1 with a /docker cpu group here (nothing to say about its weight)"
+    shares = (parent / "cpu.shares").read_text().strip()
+    quota = (parent / "cpu.cfs_quota_us").read_text().strip()
+    running = next(line.split()[1] for line in Path("/proc/stat").read_text().splitlines()
+                   if line.startswith("procs_running"))
+    return (f"cgroup v1: every container sits under /docker (cpu.shares {shares}, quota {quota}):"
+            f" against busy processes outside containers ({running} running now), all the "
+            "sandboxes together weigh as much as one of them, so a second sandbox halves the "
+            "first one's CPU instead of adding a core")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def verify_json(cwd: Path, *args: str, env: dict[str, str] | None = None
+                ) -> tuple[float, dict[str, Any]]:
+    """Wall time of `verify ... --json`, and its verify_phases event (with `idle`: the share of
+    the machine's CPU time that was idle meanwhile)."""
+    ticks = cpu_ticks()
+    start = time.perf_counter()
+    proc = subprocess.run([*CLI, "verify", *args, "--json"], cwd=cwd, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"verify {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n"
+                 f"{proc.stderr}")
+    idle, total = (after - before for after, before in zip(cpu_ticks(), ticks, strict=True))
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    phases = next(e for e in events if e["event"] == "verify_phases")
+    return seconds, {**phases, "idle": idle / max(total, 1)}
+
+
+def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
+            engines: list[str]) -> None:
+    project = generated(work / "cpu", commits)
+    test = BURN.format(seconds=burn)
+    base = ("main..feature", "--test", test, *box, "--no-cache")
+    print(f"\nverify -j 1 vs -j 2 on a CPU-bound suite ({commits} commits, each test burns "
+          f"{burn:g} s of CPU; {os.cpu_count()} cores; {load()} before):")
+    rows: list[tuple[str, float, dict[str, Any]]] = []
+    variants: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
+        ("no look-ahead (as 0.3.0)", {"RETCON_SANDBOX_VERIFY_AHEAD": "0"}, ()),
+        ("look-ahead", {}, ())]
+    if engines:
+        print(f"  (engines: {' + '.join(engines)})")
+        variants.append((f"look-ahead, {len(engines)} engines", {},
+                         tuple(a for e in engines for a in ("--engine", e))))
+    for name, env, extra in variants:
+        for jobs in ("1", "2"):
+            seconds, phases = verify_json(project, *base, *extra, "-j", jobs, env=env)
+            rows.append((f"{name}, -j {jobs}", seconds, phases))
+        one, two = rows[-2][1], rows[-1][1]
+        print(f"  {name:<44} -j 1 {one:6.2f} s   -j 2 {two:6.2f} s   speedup {one / two:.2f}x"
+              f"   (ideal {commits * burn:.0f} s / {commits * burn / 2:.0f} s of commands)")
+    print(f"  ({load()} after; other processes share these cores, so the figures are "
+          "inflated and the ratio noisy: see `cpu/cmd` and `idle` below)")
+    if box[-1] == "docker":
+        print(f"  {cgroup_note()}")
+    print("\n  Per phase (seconds summed over threads; `waited`: a worker waiting for its next "
+          "sandbox, the overhead on the critical path):")
+    print("  `cpu/cmd`: the CPU a test got while it ran (its CPU seconds over its wall seconds: "
+          "1.00 is a whole core); `idle`: the machine's idle share meanwhile (0 %: saturated)")
+    print("  " + " " * 38 + "".join(f"{n:>12}" for n in (*PHASE_NAMES, "cpu/cmd", "idle")))
+    for name, _, phases in rows:
+        share = commits * burn / max(phases["seconds"]["commands"], 1e-9)
+        print(f"  {name:<38}" + "".join(f"{phases['seconds'].get(n, 0.0):12.2f}"
+                                        for n in PHASE_NAMES)
+              + f"{share:12.2f}{phases['idle']:11.0%} ")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sandbox", choices=("docker", "local"), default="docker")
     parser.add_argument("--commits", type=int, default=24)
+    parser.add_argument("--only", choices=("cache", "scaling"))
+    parser.add_argument("--cpu-commits", type=int, default=8)
+    parser.add_argument("--burn", type=float, default=3.0, help="CPU seconds per test")
+    parser.add_argument("--engine", action="append", default=[],
+                        help="also run the scaling figures over these engines (repeatable)")
     args = parser.parse_args()
     box = ("--sandbox", args.sandbox)
     work = Path(tempfile.mkdtemp(prefix="retcon-bench-"))
@@ -84,6 +183,10 @@ def main() -> None:
     os.environ.setdefault("GIT_AUTHOR_EMAIL", "bench@localhost")
     os.environ.setdefault("GIT_COMMITTER_NAME", "bench")
     os.environ.setdefault("GIT_COMMITTER_EMAIL", "bench@localhost")
+    if args.only != "cache":
+        scaling(work, args.cpu_commits, args.burn, box, args.engine)
+    if args.only == "scaling":
+        return
 
     demo = work / "demo"
     spec = create(demo, with_paths=True)

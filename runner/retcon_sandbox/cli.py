@@ -140,6 +140,10 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=("docker", "local"), default="docker",
                         help="where untrusted steps run; `local` isolates nothing (for tests "
                         "only)")
+    parser.add_argument("--engine", action="append", metavar="HOST|CONTEXT", default=[],
+                        help="the Docker engine to use (unix://, tcp://, ssh:// or a docker "
+                        "context's name; default: DOCKER_HOST, else the current context). "
+                        "`verify` takes it several times and spreads its sandboxes over them")
     parser.add_argument("--pass-env", action="append", metavar="NAME",
                         help="pass this host variable into every sandbox (repeatable; refused "
                         "when it looks like a credential). The spec cannot do this")
@@ -281,6 +285,9 @@ def _plan(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--sandbox", choices=("docker", "local"), default="docker",
                    help="where the model's file tools run; `local` isolates nothing (for tests "
                    "only)")
+    p.add_argument("--engine", action="append", metavar="HOST|CONTEXT", default=[],
+                   help="the Docker engine to use (default: DOCKER_HOST, else the current "
+                   "context)")
     p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")
     p.set_defaults(command="plan")
 

@@ -9,6 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from retcon_sandbox.backends import engines
+from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.errors import SandboxError
 from tests.conftest import Demo, cli, git
 
 
@@ -70,3 +73,11 @@ def test_the_deadline_must_be_a_number_greater_than_zero(demo: Demo, value: str)
                  env={"RETCON_SANDBOX_ENGINE_TIMEOUT": value})
     assert result.code == 1 and f"RETCON_SANDBOX_ENGINE_TIMEOUT={value!r} is not a number" \
         in result.err, result.err
+
+
+def test_a_dead_engine_option_is_named_as_the_option() -> None:
+    endpoint = engines.select({}, "tcp://127.0.0.1:1")
+    with pytest.raises(SandboxError) as caught:
+        DockerEngine(endpoint)
+    assert "no Docker engine answers at --engine tcp://127.0.0.1:1" in caught.value.message
+    assert "give another --engine" in caught.value.hint

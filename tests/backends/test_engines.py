@@ -112,3 +112,25 @@ def test_podman_is_refused_naming_what_it_lacks() -> None:
     assert "unix:///run/podman/podman.sock (DOCKER_HOST)" in message
     engines.refuse_unsupported(endpoint, DOCKER)  # a Docker engine passes
     engines.refuse_unsupported(endpoint, {})  # and so does an engine that says little
+
+
+def test_engine_option_wins_and_names_a_host_or_a_context(tmp_path: Path) -> None:
+    store(tmp_path, "lab", "tcp://10.0.0.2:2376", current=False)
+    env = {"DOCKER_HOST": "tcp://127.0.0.1:2375", "DOCKER_CONFIG": str(tmp_path),
+           "DOCKER_CONTEXT": "lab"}
+    given = engines.select(env, "tcp://127.0.0.1:4243")
+    assert given.describe() == "tcp://127.0.0.1:4243 (--engine)"
+    assert given.environment["DOCKER_HOST"] == "tcp://127.0.0.1:4243"
+    assert "DOCKER_CONTEXT" not in given.environment
+    assert engines.select(env, "lab").describe() == "tcp://10.0.0.2:2376 (context lab)"
+    with pytest.raises(SandboxError, match="the docker context 'gone' does not exist"):
+        engines.select(env, "gone")
+
+
+def test_several_engines_in_order_each_once(tmp_path: Path) -> None:
+    env = {"DOCKER_HOST": "tcp://127.0.0.1:2375", "DOCKER_CONFIG": str(tmp_path)}
+    assert [e.host for e in engines.select_all([], env)] == ["tcp://127.0.0.1:2375"]
+    chosen = engines.select_all(["unix:///a.sock", "tcp://127.0.0.1:1", "unix:///a.sock"], env)
+    assert [e.host for e in chosen] == ["unix:///a.sock", "tcp://127.0.0.1:1"]
+    assert engines.describe_all(chosen) == \
+        "unix:///a.sock (--engine) + tcp://127.0.0.1:1 (--engine)"

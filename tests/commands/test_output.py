@@ -23,7 +23,7 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "remainder", "assigning", "squashed", "tree_check", "summary", "error",
               "model_retry", "squash_verify", "verify_start", "verify_summary",
               # test_final: the finished tree, once per run
-              "final_verify", "final_tree",
+              "final_verify", "final_tree", "verify_phases",
               # a prepared environment serves every commit (and tree) with the same inputs
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
               "setup_pruned",

@@ -294,3 +294,14 @@ def test_skip_is_honoured_by_verify(demo: Demo) -> None:
     assert sorted(e["subject"] for e in failed if not e["passed"]) == ["tests", "wip"]
     both = cli(*args, "--skip", "build", "--skip", "test", cwd=demo.path)
     assert both.code == 1 and "not skipped" in both.err
+
+
+def test_engine_is_for_docker_and_execute_takes_one(demo: Demo) -> None:
+    local = cli("verify", "main..feature", "--build", "true", *LOCAL, "--engine",
+                "tcp://127.0.0.1:1", cwd=demo.path)
+    assert local.code == 2, local.out + local.err
+    assert "--engine names a Docker engine: it is not used with --sandbox local" in local.err
+    two = cli("execute", str(demo.spec), *LOCAL, "--non-interactive", "--engine",
+              "tcp://127.0.0.1:1", "--engine", "tcp://127.0.0.1:2")
+    assert two.code == 2, two.out + two.err
+    assert "--engine is given 2 times: this command runs one sandbox at a time" in two.err

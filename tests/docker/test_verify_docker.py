@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from tests.conftest import cli, make_demo
+from tests.conftest import CLI, cli, make_demo
+from tests.docker.conftest import ours
 
 DOCKER = ("--non-interactive",)
 
@@ -128,3 +132,21 @@ def test_passed_variables_reach_the_key_by_hmac_only(engine: DockerEngine, tmp_p
     assert environment({"TOKEN": "1235"}) != first
     monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
     assert environment(passed) != first
+
+
+def test_ctrl_c_during_verify_j_leaves_no_sandbox(engine: DockerEngine, tmp_path: Path) -> None:
+    """verify -j 2 opens the next sandboxes ahead while two commands run: Ctrl-C removes every
+    one of them, those still being opened too."""
+    demo = make_demo(tmp_path / "repo", with_paths=True)
+    proc = subprocess.Popen([*CLI, "verify", "main..feature", "--test", "sleep 120", "-j", "2",
+                             "--no-cache"], cwd=demo.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(ours(engine, tmp_path)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # two running, the next ones being opened
+    assert len(ours(engine, tmp_path)) >= 3, "the look-ahead opened no further sandbox"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert not ours(engine, tmp_path)

@@ -3,7 +3,8 @@
 In order: DOCKER_HOST; the context named by DOCKER_CONTEXT, else the `currentContext` of the
 docker CLI's config.json (in DOCKER_CONFIG, default ~/.docker), read from the CLI's context store
 (`contexts/meta/<sha256 of the name>/meta.json`, its TLS files beside it in `contexts/tls/`);
-else the default socket. The result is the environment docker's own `from_env` reads, so a
+else the default socket. `--engine` (HOST or a context's name, repeatable for `verify`) comes
+before all of them. The result is the environment docker's own `from_env` reads, so a
 context's engine is reached with the same code as DOCKER_HOST's, and a description printed in
 every run's header and `--json`.
 
@@ -17,7 +18,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,10 +83,13 @@ def from_context(env: Mapping[str, str], name: str) -> Endpoint:
     return Endpoint(host, f"context {name}", environment)
 
 
-def select(env: Mapping[str, str] | None = None) -> Endpoint:
-    """The engine the docker CLI would use, with the environment docker.from_env needs."""
+def select(env: Mapping[str, str] | None = None, given: str | None = None) -> Endpoint:
+    """The engine the docker CLI would use, with the environment docker.from_env needs; or the
+    one `given` by `--engine`: a host (`unix://`, `tcp://`, `ssh://`) or a context's name."""
     env = os.environ if env is None else env
-    if env.get("DOCKER_HOST"):
+    if given:
+        endpoint = from_option(env, given)
+    elif env.get("DOCKER_HOST"):
         endpoint = Endpoint(env["DOCKER_HOST"], "DOCKER_HOST", dict(env))
     else:
         name = current_context(env)
@@ -93,6 +97,28 @@ def select(env: Mapping[str, str] | None = None) -> Endpoint:
                                                                  dict(env))
     check_transport(endpoint)
     return endpoint
+
+
+def from_option(env: Mapping[str, str], given: str) -> Endpoint:
+    """`--engine HOST` (anything with `://`) or `--engine CONTEXT`."""
+    if "://" not in given:
+        return from_context(env, given)
+    environment = {k: v for k, v in env.items() if k not in ("DOCKER_CONTEXT",)}
+    environment["DOCKER_HOST"] = given
+    return Endpoint(given, "--engine", environment)
+
+
+def select_all(given: Sequence[str], env: Mapping[str, str] | None = None) -> list[Endpoint]:
+    """The engines `--engine` names (each once, in order), or the one the docker CLI would
+    use when none is given."""
+    if not given:
+        return [select(env)]
+    unique = list(dict.fromkeys(given))
+    return [select(env, one) for one in unique]
+
+
+def describe_all(endpoints: Sequence[Endpoint]) -> str:
+    return " + ".join(endpoint.describe() for endpoint in endpoints)
 
 
 def check_transport(endpoint: Endpoint) -> None:

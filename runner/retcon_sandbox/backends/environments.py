@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retcon_sandbox.archive import TarStream, spooled
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.hostaccess import SetupPolicy
@@ -96,14 +97,63 @@ class Opened:
     environment: str | None  # the prepared environment's image, if there is a setup
 
 
+PHASES = ("environment", "create", "git_wait", "git_tar", "load", "prepare", "commands",
+          "remove", "waited")
+
+
+class Phases:
+    """Seconds spent in each step of the sandboxes' lives, summed over every thread:
+    `environment` (finding or preparing the tree's image), `create` (container created and
+    started, helper up), `git_wait` (waiting for `git_lock`), `git_tar` (the tree read from git
+    under it), `load` (unpacked in the sandbox), `prepare` (the workspace's git metadata),
+    `commands` (build and tests), `remove`; and `waited`: what a worker spent waiting for its
+    next sandbox to be ready (the sandbox overhead on the critical path)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, time.monotonic() - started)
+
+    @contextlib.contextmanager
+    def closing(self, name: str, opened: contextlib.AbstractContextManager[object]
+                ) -> Iterator[None]:
+        """Run the block, then exit `opened` (with the block's exception, if any), timed."""
+        try:
+            yield
+        except BaseException as exc:
+            with self.timed(name):
+                if not opened.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+        else:
+            with self.timed(name):
+                opened.__exit__(None, None, None)
+
+    def summary(self) -> dict[str, float]:
+        return {name: round(seconds, 3) for name, seconds in self.seconds.items()}
+
+
 class Environments:
     """Opens each sandbox on its tree, from the environment prepared for that tree."""
 
     def __init__(self, repo: Repo, backend: Backend, settings: SandboxSettings,
-                 policy: SetupPolicy, report: Reporter, source: str, fresh: bool = False
-                 ) -> None:
+                 policy: SetupPolicy, report: Reporter, source: str, fresh: bool = False,
+                 git_lock: threading.Lock | None = None) -> None:
         """`source`: the branch whose nearest tag versions the workspace's git metadata.
-        `fresh` (--no-cache): prepare each environment again, once per run, even if kept."""
+        `fresh` (--no-cache): prepare each environment again, once per run, even if kept.
+        `git_lock`: shared with the environments of the run's other engines."""
         self.repo = repo
         self.backend = backend
         self.settings = settings
@@ -117,7 +167,8 @@ class Environments:
         self._prepared: set[str] = set()  # the keys this run prepared
         self._used: set[str] = set()  # the environments this run opened (never pruned by it)
         self._ids: dict[str, str] = {}  # key -> the image ID this run's sandboxes start from
-        self.git_lock = threading.Lock()  # trees stream from git one at a time (verify -j)
+        # trees are read from git one at a time (verify -j), whatever engine they go to
+        self.git_lock = git_lock or threading.Lock()
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._warned = False
 
@@ -126,6 +177,11 @@ class Environments:
         from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
         return self.backend if isinstance(self.backend, DockerBackend) else None
+
+    def engine_name(self) -> str:
+        """The engine this run's sandboxes go to (as the header names it), or the backend's."""
+        docker = self.docker
+        return docker.engine.endpoint.describe() if docker is not None else self.backend.name
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -178,23 +234,44 @@ class Environments:
     # -- sandboxes ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def sandbox(self, label: str, tree: str) -> Iterator[Opened]:
+    def sandbox(self, label: str, tree: str, phases: Phases | None = None) -> Iterator[Opened]:
         """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
-        metadata when on."""
-        image = self.image_for(tree)
+        metadata when on. `phases` adds up the seconds each step takes (the bench reads them).
+        Only the tree's tar is made under `git_lock` (into a spool): the sandbox unpacks it
+        outside the lock, while another thread reads git."""
+        clock = phases if phases is not None else Phases()
+        with clock.timed("environment"):
+            image = self.image_for(tree)
         docker = self.docker
         if docker is None:
             self._local_warning()
-            with self.backend.open(label) as box:
-                with self.git_lock:
-                    files = box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+            with clock.timed("create"):
+                opening = self.backend.open(label)
+                box = opening.__enter__()
+            with clock.closing("remove", opening):
+                tar = self.tree_tar(tree, clock)
+                with clock.timed("load"):
+                    files = box.load_tree(tar)
                 yield Opened(box, files, None)
             return
-        with docker.open(label, image) as dbox:
-            with self.git_lock:
-                files = dbox.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
-            self._prepare_workspace(dbox)
+        with clock.timed("create"):
+            opening_docker = docker.open(label, image)
+            dbox = opening_docker.__enter__()
+        with clock.closing("remove", opening_docker):
+            tar = self.tree_tar(tree, clock)
+            with clock.timed("load"):
+                files = dbox.load_tree(tar)
+            with clock.timed("prepare"):
+                self._prepare_workspace(dbox)
             yield Opened(dbox, files, image)
+
+    def tree_tar(self, tree: str, clock: Phases) -> TarStream:
+        """`tree`'s tar, read from git under `git_lock` and spooled (see `archive.spooled`)."""
+        asked = time.monotonic()
+        with self.git_lock:
+            clock.add("git_wait", time.monotonic() - asked)
+            with clock.timed("git_tar"):
+                return spooled(self.repo.tree_tar(tree, self.settings.max_file_size))
 
     def image_for(self, tree: str) -> str | None:
         key = self.key(tree)

@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     code = execute.execute(execute.ExecuteOptions(
         spec=spec, repo=target, model=args.model, base_url=args.base_url,
         model_timeout=args.model_timeout, temperature=args.temperature,
-        max_tokens=args.max_tokens, seed=args.seed, sandbox=args.sandbox, non_interactive=True,
+        max_tokens=args.max_tokens, seed=args.seed, sandbox=args.sandbox,
+        engine=tuple(args.engine or ()), non_interactive=True,
         json=as_json))
     repo = Repo(target)
     if as_json:

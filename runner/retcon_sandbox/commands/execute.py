@@ -55,6 +55,7 @@ class ExecuteOptions:
     seed: int | None = None
     image: str | None = None
     sandbox: str = "docker"
+    engine: tuple[str, ...] = ()  # --engine: one at most (see make_backend)
     squash_wip: bool = False
     non_interactive: bool = False
     json: bool = False
@@ -79,7 +80,8 @@ class ExecuteOptions:
                    build=args.build, test=args.test, skip=frozenset(args.skip),
                    model=args.model, base_url=args.base_url, model_timeout=args.model_timeout,
                    temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed,
-                   image=args.image, sandbox=args.sandbox, squash_wip=args.squash_wip,
+                   image=args.image, sandbox=args.sandbox, engine=tuple(args.engine or ()),
+                   squash_wip=args.squash_wip,
                    non_interactive=args.non_interactive, json=args.json, timeout=args.timeout,
                    no_cache=args.no_cache, jobs=args.jobs,
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
@@ -122,12 +124,13 @@ def execute(options: ExecuteOptions) -> int:
         settings = sandbox_settings(spec, options.image, options.build, options.test,
                                     options.timeout, reporter, dict(options.limits))
         backend = make_backend(options.sandbox, spec, settings, access,
-                               spec.sandbox.image if options.image is None else None, repo)
+                               spec.sandbox.image if options.image is None else None, repo,
+                               options.engine)
         transcript = state_dir.transcript_path(specfile.real)
         agent = make_agent(model, transcript, reporter)
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
                       cleaned=spec.cleaned, sandbox=backend.describe(),
-                      engine=engine_in_use(options.sandbox),
+                      engine=engine_in_use(options.sandbox, options.engine),
                       transcript=str(transcript) if agent else None)
         envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
                             fresh=options.no_cache)

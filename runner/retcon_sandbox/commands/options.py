@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -11,7 +12,13 @@ from urllib.parse import urlsplit
 
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
-from retcon_sandbox.errors import GitError, ModelError, UsageError, env_number
+from retcon_sandbox.errors import (
+    GitError,
+    ImageError,
+    ModelError,
+    UsageError,
+    env_number,
+)
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
@@ -30,6 +37,9 @@ from retcon_sandbox.text import url_problem
 NO_ACCESS = HostAccess()
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+    from retcon_sandbox.backends.engines import Endpoint
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
     from retcon_sandbox.model.llm import ModelSettings
@@ -200,23 +210,67 @@ def check_engine_limits(settings: SandboxSettings, memory: int, cpus: int) -> No
 
 def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
                  access: HostAccess = NO_ACCESS, spec_image: str | None = None,
-                 repo: Repo | None = None) -> Backend:
+                 repo: Repo | None = None, engine_given: Sequence[str] = ()) -> Backend:
     """Where sandboxes run; `access` (from the command line only) is what the host lets in.
     `spec_image`: the image the spec names (no --image), refused when it is an ID prefix or
-    another repository's prepared environment (`repo`'s scope is checked)."""
+    another repository's prepared environment (`repo`'s scope is checked). `engine_given`:
+    --engine, at most once here (only `verify` spreads its sandboxes over several)."""
+    if len(set(engine_given)) > 1:
+        raise UsageError(f"--engine is given {len(set(engine_given))} times: this command runs "
+                         "one sandbox at a time, on one engine",
+                         "Give one --engine; `verify -j N` is the command that spreads its "
+                         "sandboxes over several engines.")
+    return make_backends(kind, spec, settings, access, spec_image, repo, engine_given)[0]
+
+
+def make_backends(kind: str, spec: Spec, settings: SandboxSettings,
+                  access: HostAccess = NO_ACCESS, spec_image: str | None = None,
+                  repo: Repo | None = None, engine_given: Sequence[str] = ()) -> list[Backend]:
+    """One backend per engine `--engine` names (or the one of DOCKER_HOST or the docker
+    context). The first engine builds or pulls what is missing as usual; every other one must
+    already hold the very same image (same ID: a result does not depend on the engine it ran
+    on), and it is not built there (a build over a remote link takes minutes): the error says
+    how to load it. [sandbox] setup runs on one engine only."""
+    if kind == "docker" and len(set(engine_given)) > 1:
+        from retcon_sandbox.backends import engines
+
+        if settings.setup:
+            raise UsageError("[sandbox] setup is not supported with several --engine: each "
+                             "engine would prepare an environment of its own",
+                             "Give one --engine (or none) for a project with a setup.")
+        endpoints = engines.select_all(engine_given)
+        first = _docker_backend(spec, settings, access, spec_image, repo, endpoints[0])
+        return [first, *(_second_backend(first, endpoint, spec, settings, access)
+                         for endpoint in endpoints[1:])]
+    if kind == "docker":
+        from retcon_sandbox.backends import engines
+
+        endpoint = engines.select(given=engine_given[0]) if engine_given else None
+        return [_docker_backend(spec, settings, access, spec_image, repo, endpoint)]
+    if engine_given:
+        raise UsageError("--engine names a Docker engine: it is not used with --sandbox local",
+                         "Drop --engine, or use --sandbox docker.")
+    return [_local_backend(kind, access)]
+
+
+def _local_backend(kind: str, access: HostAccess) -> Backend:
     if kind == "local":
         from retcon_sandbox.backends.local import LocalBackend
 
         sys.stderr.write("⚠ --sandbox local: builds, tests and file tools run UNSANDBOXED on this "
                          "machine. Use it only for code you trust (and for our own tests).\n")
         return LocalBackend(access.variables)
-    if kind != "docker":
-        raise UsageError(f"unknown sandbox {kind!r} (expected docker or local)")
+    raise UsageError(f"unknown sandbox {kind!r} (expected docker or local)")
+
+
+def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
+                    spec_image: str | None, repo: Repo | None,
+                    endpoint: Endpoint | None) -> DockerBackend:
     from retcon_sandbox.backends import images
     from retcon_sandbox.backends.docker.engine import DockerEngine
     from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
-    engine = DockerEngine()
+    engine = DockerEngine(endpoint)
     def say(line: str) -> None:
         if verbosity() >= 0:
             print(line, file=sys.stderr)
@@ -235,11 +289,37 @@ def make_backend(kind: str, spec: Spec, settings: SandboxSettings,
                          Path(os.path.realpath(spec.path)), proxy)
 
 
-def engine_in_use(kind: str) -> str | None:
-    """The Docker engine a run talks to (DOCKER_HOST, the docker context's, or the default
-    socket), for the header and --json; None for the local backend."""
+def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
+                    settings: SandboxSettings, access: HostAccess) -> DockerBackend:
+    """A further engine for `verify`: it must hold the first engine's image, the same one."""
+    from retcon_sandbox.backends.docker.engine import DockerEngine
+    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+
+    engine = DockerEngine(endpoint)
+    check_engine_limits(settings, *engine.resources())
+    tag = first.image
+    load = (f"`docker save {tag} | DOCKER_HOST={endpoint.host} docker load` (from the first "
+            f"engine), or build it there: `DOCKER_HOST={endpoint.host} retcon-sandbox images "
+            "build`")
+    if not engine.has_image(tag):
+        raise ImageError(f"the engine {endpoint.describe()} has no image {tag}, which "
+                         f"--engine {first.engine.endpoint.describe()} runs",
+                         f"Load it there: {load}.")
+    wanted, found = first.engine.image_id(tag), engine.image_id(tag)
+    if wanted != found:
+        raise ImageError(f"the engine {endpoint.describe()} has another image under {tag} "
+                         f"({found[:19]}) than {first.engine.endpoint.describe()} "
+                         f"({wanted[:19]}): results would depend on the engine",
+                         f"Give it the same image: {load}.")
+    return DockerBackend(engine, tag, settings, access.variables,
+                         Path(os.path.realpath(spec.path)), None)
+
+
+def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
+    """The Docker engine(s) a run talks to (--engine, DOCKER_HOST, the docker context's, or the
+    default socket), for the header and --json; None for the local backend."""
     if kind != "docker":
         return None
     from retcon_sandbox.backends import engines
 
-    return engines.select().describe()
+    return engines.describe_all(engines.select_all(engine_given))

@@ -287,7 +287,8 @@ def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[
     label = state_dir.root / f"plan-{target.branches.source.replace('/', '-')}"
     transcript = state_dir.transcript_path(label)
     holder = Spec(label, "", "", "", DEFAULTS)
-    backend = make_backend(args.sandbox, holder, DEFAULTS, NO_ACCESS)
+    backend = make_backend(args.sandbox, holder, DEFAULTS, NO_ACCESS,
+                           engine_given=tuple(args.engine or ()))
     agent = make_agent(ModelOptions(args.model, args.base_url, args.model_timeout).settings(),
                        transcript, reporter)
     assert agent is not None

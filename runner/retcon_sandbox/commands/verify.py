@@ -24,7 +24,7 @@ from retcon_sandbox.commands.options import (
     engine_in_use,
     find_repo,
     limit_options,
-    make_backend,
+    make_backends,
     sandbox_settings,
 )
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
@@ -111,14 +111,19 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     holder = replace(plan.spec, path=label) if plan.spec else \
         Spec(label, "", "", "", settings)
     spec_image = plan.spec.sandbox.image if plan.spec and args.image is None else None
-    backend = make_backend(args.sandbox, holder, settings, access, spec_image, plan.repo)
+    given = tuple(args.engine or ())
+    backends = make_backends(args.sandbox, holder, settings, access, spec_image, plan.repo, given)
+    backend = backends[0]
     source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
     envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
                         fresh=bool(args.no_cache))
+    more = [Environments(plan.repo, other, settings, access.setup, reporter, source,
+                         fresh=bool(args.no_cache), git_lock=envs.git_lock)
+            for other in backends[1:]]
     environment = backend.environment() + envs.describe()
     verifier = Verifier(commands, reporter, cache, environment, envs.prepared_id)
     jobs = args.jobs or default_jobs()
-    engine = engine_in_use(args.sandbox)
+    engine = engine_in_use(args.sandbox, given)
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
                   sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache), trust_notes=bool(args.trust_notes),
@@ -151,9 +156,11 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
             row.state = "done"
             display.finished(row)
 
-    pool = Pool(plan.repo, envs, verifier, jobs)
+    pool = Pool(plan.repo, envs, verifier, jobs, more)
     pool.run([Item(row.tree, f"verify-{row.sha[:12]}") for row in plan.rows], on_done,
              on_start, display.tick)
+    reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, engines=pool.spread,
+                  seconds=pool.phases.summary(), counts=pool.phases.counts)
     if verifier.cache is not None and verifier.cache.problem:
         reporter.emit("warning", message="results were not cached: "
                       + verifier.cache.problem)

@@ -1,23 +1,35 @@
 """Building and testing many trees at once, each in a fresh sandbox of its own, N at a time: the
 `verify` command and the squash check.
 
-Known results come from the cache first and need no sandbox. Worker threads each open a sandbox,
-load their tree and run the commands; git is used by one thread at a time (the tree's tar is made
-under a lock, results are recorded by the calling thread). When anything fails (a configuration
-error, Ctrl-C), no new sandbox starts, the running ones are removed (`Backend.reap`), and the
-error goes on.
+Known results come from the cache first and need no sandbox. N worker threads take the trees in
+turn; each runs one tree's commands at a time. While it does, the sandbox of the tree it takes
+next is already being created, started and filled (`ahead`), and the sandbox it is done with is
+removed by another thread: the worker waits for neither. A sandbox is never reused: each tree
+gets a fresh container (its tmpfs workspace and /tmp are new), so nothing one tree's commands
+leave can reach another tree's verdict. git is used by one thread at a time (the tree's tar is
+read under a lock into a spool, and unpacked outside it; results are recorded by the calling
+thread). With several engines (`--engine` given more than once), worker k uses engine
+k mod E. When anything fails (a configuration error, Ctrl-C), no new sandbox starts, the running
+ones are removed (`Backend.reap` on every engine), and the error goes on.
+
+`phases` adds up where the time goes (see `Environments.Phases`); RETCON_SANDBOX_VERIFY_AHEAD=0
+turns the look-ahead off (the bench compares both).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.backends.environments import Environments, Opened, Phases
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.verify.cache import Outcome
@@ -48,15 +60,36 @@ class _Stopped(Exception):
     """A queued item after the batch was stopped."""
 
 
+def _constant(box: Sandbox) -> Callable[[], Sandbox]:
+    return lambda: box
+
+
+def ahead_default() -> bool:
+    return os.environ.get("RETCON_SANDBOX_VERIFY_AHEAD", "1").strip() != "0"
+
+
+_Ready = tuple[contextlib.ExitStack, Opened]  # an open sandbox, and how to remove it
+
+
 class Pool:
-    def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int) -> None:
+    def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int,
+                 more: Sequence[Environments] = (), ahead: bool | None = None) -> None:
+        """`more`: the environments of further engines (`--engine` given more than once)."""
         self.repo = repo
         self.envs = envs
+        self.engines = [envs, *more]
+        if any(other.git_lock is not envs.git_lock for other in more):
+            raise ValueError("the environments of several engines must share one git lock")
         self.backend = envs.backend
         self.verifier = verifier
         self.jobs = max(1, jobs)
+        self.ahead = ahead_default() if ahead is None else ahead
+        self.phases = Phases()
+        self.spread: dict[str, int] = {}  # sandboxes opened per engine (its description)
         self._git = envs.git_lock
         self._stop = threading.Event()
+        self._queue: deque[Item] = deque()
+        self._taking = threading.Lock()
 
     def run(self, items: Sequence[Item], finished: Finished, started: Started | None = None,
             tick: Callable[[], None] | None = None) -> dict[str, Outcome]:
@@ -83,17 +116,23 @@ class Pool:
     def _run(self, pending: list[Item], results: dict[str, Outcome], finished: Finished,
              started: Started | None, tick: Callable[[], None] | None) -> None:
         self._stop.clear()
-        executor = ThreadPoolExecutor(max_workers=min(self.jobs, len(pending)),
-                                      thread_name_prefix="retcon-verify")
-        futures: dict[Future[Outcome], Item] = {
-            executor.submit(self._work, item, started): item for item in pending}
+        self._queue = deque(pending)
+        workers = min(self.jobs, len(pending))
+        done: queue.Queue[tuple[Item, Outcome]] = queue.Queue()
+        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-verify")
+        remover = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-remove")
+        futures: list[Future[None]] = [
+            executor.submit(self._worker, self.engines[k % len(self.engines)], started, done,
+                            remover) for k in range(workers)]
         try:
             waiting = set(futures)
-            while waiting:
-                done, waiting = wait(waiting, timeout=TICK, return_when=FIRST_COMPLETED)
-                for future in done:
-                    item = futures[future]
-                    outcome = future.result()  # a worker's error is raised here
+            while waiting or not done.empty():
+                finished_workers, waiting = wait(waiting, timeout=TICK,
+                                                 return_when=FIRST_COMPLETED)
+                for future in finished_workers:
+                    future.result()  # a worker's error is raised here
+                while not done.empty():
+                    item, outcome = done.get()
                     key = self.verifier.key_for(item.tree)  # may read the tree: not under the lock
                     with self._git:
                         self.verifier.record(item.tree, outcome, key)
@@ -106,16 +145,68 @@ class Pool:
             self._stop.set()
             for future in futures:
                 future.cancel()
-            with contextlib.suppress(RetconError):
-                self.backend.reap()  # the sandboxes still running end now
+            for envs in self.engines:
+                with contextlib.suppress(RetconError):
+                    envs.backend.reap()  # the sandboxes still running end now
             raise
         finally:
             executor.shutdown(wait=True)
+            remover.shutdown(wait=True)
 
-    def _work(self, item: Item, started: Started | None) -> Outcome:
+    def _take(self) -> Item | None:
+        with self._taking:
+            if self._stop.is_set() or not self._queue:
+                return None
+            return self._queue.popleft()
+
+    def _worker(self, envs: Environments, started: Started | None,
+                done: queue.Queue[tuple[Item, Outcome]], remover: ThreadPoolExecutor) -> None:
+        """Take trees until none is left: run one tree's commands while the next one's sandbox
+        opens (on a thread of its own), and leave each used sandbox to `remover`."""
+        opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retcon-open")
+        item = self._take()
+        upcoming: Future[_Ready] | None = \
+            opener.submit(self._open, envs, item) if item is not None else None
+        try:
+            while item is not None and upcoming is not None:
+                waited = time.monotonic()
+                try:
+                    stack, opened = upcoming.result()
+                finally:
+                    self.phases.add("waited", time.monotonic() - waited)
+                upcoming = None
+                if self._stop.is_set():  # opened while the batch was being stopped
+                    remover.submit(stack.close)
+                    raise _Stopped
+                try:
+                    following = self._take() if self.ahead else None
+                    if following is not None:
+                        upcoming = opener.submit(self._open, envs, following)
+                    if started is not None:
+                        started(item)
+                    with self.phases.timed("commands"):
+                        outcome = run_stages(_constant(opened.box), self.verifier.commands)
+                finally:
+                    remover.submit(stack.close)
+                done.put((item, outcome))
+                if following is None and not self.ahead:
+                    following = self._take()
+                    if following is not None:
+                        upcoming = opener.submit(self._open, envs, following)
+                item = following
+        finally:
+            if upcoming is not None:  # opened ahead for a batch that stopped
+                with contextlib.suppress(BaseException):
+                    remover.submit(upcoming.result()[0].close)
+            opener.shutdown(wait=True)
+
+    def _open(self, envs: Environments, item: Item) -> _Ready:
         if self._stop.is_set():
             raise _Stopped
-        if started is not None:
-            started(item)
-        with self.envs.sandbox(item.label, item.tree) as opened:
-            return run_stages(lambda: opened.box, self.verifier.commands)
+        where = envs.engine_name()
+        with self._taking:
+            self.spread[where] = self.spread.get(where, 0) + 1
+        stack = contextlib.ExitStack()
+        with stack:
+            opened = stack.enter_context(envs.sandbox(item.label, item.tree, self.phases))
+            return stack.pop_all(), opened

@@ -41,12 +41,17 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
     """The engine cannot be used: where we looked (DOCKER_HOST's value, or the context or
     default socket in use), and what to do."""
     host = os.environ.get("DOCKER_HOST")
-    where = (f"DOCKER_HOST={host}" if host
-             else f"{endpoint.describe()} (DOCKER_HOST is not set)")
+    given = endpoint.source == "--engine"
+    if given:
+        where = f"--engine {endpoint.host}"
+    else:
+        where = (f"DOCKER_HOST={host}" if host
+                 else f"{endpoint.describe()} (DOCKER_HOST is not set)")
+    setting = "--engine" if given else "DOCKER_HOST"
     if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
         return SandboxError(
             f"the Docker engine at {where} accepted the connection but did not answer within "
-            f"{deadline:g} s", "Check that DOCKER_HOST names a Docker engine and that it is "
+            f"{deadline:g} s", f"Check that {setting} names a Docker engine and that it is "
             "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
             "a slow one.")
     if endpoint.host.startswith("ssh://"):
@@ -57,8 +62,9 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
             "once with ssh to check and record it), and your key must be accepted.")
     return SandboxError(
         f"no Docker engine answers at {where}: {_first_line(exc)}",
-        "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or set "
-        "DOCKER_HOST; `docker info` must work. Without Docker nothing untrusted can run.")
+        "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or "
+        + ("give another --engine" if given else "set DOCKER_HOST")
+        + "; `docker info` must work. Without Docker nothing untrusted can run.")
 
 
 def _connect_errors() -> tuple[type[BaseException], ...]:
@@ -79,10 +85,11 @@ class EngineError(SandboxError):
 
 
 class DockerEngine:
-    """A connection to the engine at DOCKER_HOST (or the default socket)."""
+    """A connection to the engine at `endpoint` (default: DOCKER_HOST, the docker context, or
+    the default socket)."""
 
-    def __init__(self) -> None:
-        self.endpoint = engines.select()
+    def __init__(self, endpoint: engines.Endpoint | None = None) -> None:
+        self.endpoint = engines.select() if endpoint is None else endpoint
         deadline = _connect_deadline()
         try:
             self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
