@@ -1,6 +1,7 @@
 """A second Docker engine, over tcp://127.0.0.1: a `dockerd` of this test's own (its own data
-root, exec root, pidfile and socket under a temporary folder, no bridge and no iptables, so it
-does not touch the main engine's), with the base image loaded from the main engine
+root, exec root, pidfile and socket under a temporary folder, a bridge of its own and no
+iptables, so it does not touch the main engine's: with `--bridge=none` a dockerd deletes the
+interface `docker0`, the main engine's bridge), with the base image loaded from the main engine
 (`docker save | docker load`: no registry is needed). Its storage driver is the main engine's
 own, else fuse-overlayfs, else vfs: the first with which it starts. `verify` runs on it alone,
 then spreads its sandboxes over both engines; an engine that lacks the image is named, with the
@@ -49,12 +50,28 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def dockerd_argv(dockerd: str, root: Path, port: int, driver: str) -> list[str]:
+@contextlib.contextmanager
+def own_bridge() -> Iterator[str]:
+    """A bridge interface for the second daemon (with an address of a range Docker does not
+    use by default), deleted afterwards."""
+    name = f"rsdd{os.getpid() % 100_000}"
+    ip = shutil.which("ip")
+    assert ip is not None, "iproute2's `ip` makes the second daemon's bridge"
+    subprocess.run([ip, "link", "add", name, "type", "bridge"], check=True)
+    try:
+        subprocess.run([ip, "addr", "add", "10.254.254.1/24", "dev", name], check=True)
+        subprocess.run([ip, "link", "set", name, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run([ip, "link", "delete", name], check=False)
+
+
+def dockerd_argv(dockerd: str, root: Path, port: int, driver: str, bridge: str) -> list[str]:
     (root / "daemon.json").write_text("{}")  # not the main engine's /etc/docker/daemon.json
     return [dockerd, "--config-file", str(root / "daemon.json"),
             "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
             "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{root}/docker.sock",
-            "-H", f"tcp://127.0.0.1:{port}", "--bridge=none", "--iptables=false",
+            "-H", f"tcp://127.0.0.1:{port}", f"--bridge={bridge}", "--iptables=false",
             "--ip-masq=false", "--storage-driver", driver]
 
 
@@ -107,24 +124,25 @@ def second(engine: DockerEngine) -> Iterator[Second]:
             pytest.fail("CI must run the second-engine test, but `dockerd` is not installed")
         pytest.skip("no `dockerd` here to start a second engine with")
     logs: list[str] = []
-    for driver in drivers(engine):
-        root = Path(tempfile.mkdtemp(prefix="retcon-dockerd-", dir="/tmp"))  # short: a socket
-        host = f"tcp://127.0.0.1:{free_port()}"
-        log = root / "dockerd.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(dockerd_argv(dockerd, root, int(host.rsplit(":", 1)[1]),
-                                                 driver), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            ready = wait_ready(host, proc)
-            if ready is not None:
-                yield Second(host, ready, root)
-                return
-            logs.append(f"--- storage driver {driver}: exit {proc.poll()}\n"
-                        + log.read_text(errors="replace")[-3000:])
-        finally:
-            stop(proc, root)
-            assert proc.poll() is not None and not root.exists()
+    with own_bridge() as bridge:
+        for driver in drivers(engine):
+            root = Path(tempfile.mkdtemp(prefix="retcon-dockerd-", dir="/tmp"))  # short: socket
+            port = free_port()
+            log = root / "dockerd.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(dockerd_argv(dockerd, root, port, driver, bridge),
+                                        stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                ready = wait_ready(f"tcp://127.0.0.1:{port}", proc)
+                if ready is not None:
+                    yield Second(f"tcp://127.0.0.1:{port}", ready, root)
+                    return
+                logs.append(f"--- storage driver {driver}: exit {proc.poll()}\n"
+                            + log.read_text(errors="replace")[-3000:])
+            finally:
+                stop(proc, root)
+                assert proc.poll() is not None and not root.exists()
     pytest.fail("a second dockerd could not start with any storage driver:\n" + "\n".join(logs))
 
 
