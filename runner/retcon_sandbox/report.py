@@ -87,6 +87,8 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                            + (f" (the spec says {d['spec']!r})" if d.get("spec") else "")),
     "warning": lambda d: f"\n  ⚠ {d['message']}",
     "reaped": lambda d: f"  Removed {d['count']} leftover sandbox container(s) of an earlier run",
+    "base_check": lambda d: (f"  Base commit: {d['verdict']}"
+                             + (" (cached)" if d.get("cached") else "")),
     "branch_created": lambda d: (f"\nCreating cleaned branch from merge-base...\n"
                                  f"  Base commit: {_short(d['base'])}"),
     "branch_continued": lambda d: (f"\nContinuing cleaned branch {d['branch']} at "

@@ -51,6 +51,7 @@ class RunOptions:
     jobs: int = 1
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
+    base_check: bool = True  # build and test the base commit first (--no-base-check: not)
 
 
 @dataclass
