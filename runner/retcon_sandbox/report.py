@@ -105,6 +105,9 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "setup": lambda d: (f"  Preparing the environment: {d['commands']} setup command(s) on "
                         f"{d['image']}, network {d['network']}"
                         + (f", trusting {d['ca']}" if d.get("ca") else "")),
+    "git_metadata": lambda d: (f"  Git metadata: {d['tag']}-{d['distance']}-g<hash> (git "
+                               "describe; the distance is each commit's own, the hash part "
+                               "is synthetic: the commit does not exist when it is tested)"),
     "setup_command": lambda d: f"    $ {d['command']}",
     "setup_output": lambda d: f"      {d['line']}",
     "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",

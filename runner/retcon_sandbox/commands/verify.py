@@ -141,8 +141,8 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
             display.finished(row)
 
     pool = Pool(plan.repo, envs, verifier, jobs)
-    pool.run([Item(row.tree, f"verify-{row.sha[:12]}") for row in plan.rows], on_done,
-             on_start, display.tick)
+    items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0)) for row in plan.rows]
+    pool.run(items, on_done, on_start, display.tick)
     if verifier.cache is not None and verifier.cache.problem:
         reporter.emit("warning", message="results were not cached: "
                       + verifier.cache.problem)

@@ -57,7 +57,7 @@ def preflight(ctx: Run) -> None:
         return
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
     tree = ctx.repo.tree_of(tip)
-    with ctx.envs.sandbox("preflight", tree) as opened:
+    with ctx.envs.sandbox("preflight", tree, (tip, 0)) as opened:
         check_runnable(opened.box, ctx.verifier.commands)
         if tip == ctx.base and ctx.options.base_check and ctx.verifier.runs_anything:
             base_check(ctx, tree, lambda: opened.box)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, Place
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.verify.cache import Outcome
@@ -30,6 +30,7 @@ TICK = 0.25  # seconds between calls of `tick` while waiting (a live display red
 class Item:
     tree: str
     label: str  # the sandbox's label
+    at: Place | None = None  # the commit the tree is (its git metadata's version)
 
 
 Started = Callable[[Item], None]  # called from a worker thread: keep it to plain assignments
@@ -115,5 +116,5 @@ class Pool:
             raise _Stopped
         if started is not None:
             started(item)
-        with self.envs.sandbox(item.label, item.tree) as opened:
+        with self.envs.sandbox(item.label, item.tree, item.at) as opened:
             return run_stages(lambda: opened.box, self.verifier.commands)
