@@ -64,14 +64,14 @@ def recipe(ecosystem: str, files: Iterable[str]) -> str:
     files: `files` are the paths of the tree."""
     top = {path for path in files if "/" not in path}
     if ecosystem == "rust":
-        return 'setup = ["cargo fetch"]  (README recipe: cargo; build and test with --offline)'
+        return 'setup = ["cargo fetch"]  # README recipe: cargo (build and test with --offline)'
     if ecosystem == "node":
-        return 'setup = ["npm ci"]  (README recipe: npm; image = "retcon-sandbox/node")'
+        return 'setup = ["npm ci"]  # README recipe: npm (with image = "retcon-sandbox/node")'
     if "requirements.txt" in top and not top & {"pyproject.toml", "setup.py", "setup.cfg"}:
-        return 'setup = ["pip install -r requirements.txt"]  (README recipe: pip)'
+        return 'setup = ["pip install -r requirements.txt"]  # README recipe: pip'
     extra = "[test]" if "pyproject.toml" in top or "setup.cfg" in top else ""
-    return (f'setup = ["pip install -e .{extra}"]  (README recipe: setuptools-scm; or pip, uv; '
-            "name the extra that holds the test dependencies, if any)")
+    return (f'setup = ["pip install -e .{extra}"]  # README recipes: setuptools-scm, pip, uv '
+            "(name the extra that holds the test dependencies, if any)")
 
 
 WHAT = {"python": "module", "rust": "crate", "node": "package"}
