@@ -192,7 +192,7 @@ def test_no_setup_is_a_configuration_error_with_the_recipe() -> None:
 def test_a_setup_that_does_not_install_it_is_named() -> None:
     verdict = judge(CARGO_OFFLINE, ("cargo fetch",), ["Cargo.toml"], "build")
     assert isinstance(verdict, ConfigError)
-    assert "the crate 'serde'" in verdict.message
+    assert verdict.message.startswith("the base commit's build fails: the crate 'serde'")
     assert "[sandbox] setup ran (cargo fetch) but does not install it" in verdict.message
 
 

@@ -85,16 +85,16 @@ def judge(failure: str | None, setup: tuple[str, ...], files: Iterable[str],
     if failure is None:
         return None
     missing = find(failure)
+    fail = "fails" if which == "build" else "fail"
     if missing is None:
-        first = next((line for line in reversed(failure.strip().splitlines()) if line.strip()),
-                     "")
-        return (f"the base commit's {which} already fail{'s' if which == 'build' else ''} "
-                f"({first.strip()[:200]}): every commit must pass them, so the first commit "
-                "has to fix that too. If that is not the range's to fix, stop (Ctrl-C) and "
-                "narrow --build/--test or give --skip")
+        last = next((line for line in reversed(failure.strip().splitlines()) if line.strip()),
+                    "")
+        return (f"the base commit's {which} already {fail} ({last.strip()[:200]}): every "
+                "commit must pass, so the first commit has to fix that too. If that is not "
+                "the range's to fix, stop (Ctrl-C) and narrow --build/--test or give --skip")
     what = WHAT[missing.ecosystem]
-    said = f"the base commit's {which} fail: the {what} {missing.name!r} is not installed in " \
-        f"the sandbox\n    {missing.line[:300]}"
+    said = f"the base commit's {which} {fail}: the {what} {missing.name!r} is not installed " \
+        f"in the sandbox\n    {missing.line[:300]}"
     if not setup:
         return ConfigError(
             f"{said}\nEvery commit would fail the same way: nothing was recorded.",
