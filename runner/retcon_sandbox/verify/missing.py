@@ -75,6 +75,9 @@ def recipe(ecosystem: str, files: Iterable[str]) -> str:
 
 
 WHAT = {"python": "module", "rust": "crate", "node": "package"}
+HOW = {"python": "a requirements file, or an extra such as `pip install -e .[test]`",
+       "rust": "Cargo.toml's dependencies, fetched by `cargo fetch` into the image's CARGO_HOME",
+       "node": "package.json and its lock file, installed by `npm ci`"}
 
 
 def judge(failure: str | None, setup: tuple[str, ...], files: Iterable[str],
@@ -104,7 +107,7 @@ def judge(failure: str | None, setup: tuple[str, ...], files: Iterable[str],
     return ConfigError(
         f"{said}\n[sandbox] setup ran ({'; '.join(setup)[:200]}) but does not install it: "
         "nothing was recorded.",
-        f"Make [sandbox] setup install {missing.name!r} (its manifest, an extra such as "
-        f"`pip install -e .[test]`, a requirements file), e.g. "
-        f"{recipe(missing.ecosystem, files)}. If the failure is expected, rerun with "
+        f"Make [sandbox] setup install {missing.name!r} ({HOW[missing.ecosystem]}), e.g."
+        "\n    [sandbox]\n    "
+        f"{recipe(missing.ecosystem, files)}\nIf the failure is expected, rerun with "
         "--no-base-check.")
