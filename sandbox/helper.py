@@ -816,19 +816,30 @@ def supervise(cmd: str, timeout: float, workspace: str) -> int:
 # --- the environment a setup prepared -------------------------------------------------------
 
 
-def make_git(workspace: str, tag: str | None) -> int:
-    """`--prepare --git`: the workspace as a git repository of one commit (and `tag`), so
-    setuptools-scm and hatch-vcs find a version. Runs as the commands' uid, which owns it."""
+MAX_DISTANCE = 1_000_000
+
+
+def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:
+    """`--prepare --git`: the workspace as a git repository whose last commit holds the tree, so
+    setuptools-scm and hatch-vcs find a version. With `tag`, `git describe --tags --long` gives
+    `tag-<distance>-g<hash>` as a checkout of the commit would: the tag is on a root commit with
+    `distance - 1` empty commits over it (one `git fast-import`), the tree's commit on top; the
+    hash is of these synthetic commits. Runs as the commands' uid, which owns it."""
     env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", **os.environ, **GIT_IDENTITY}
-    steps = [["init", "-q"], ["add", "-A"],
-             ["commit", "-q", "--no-verify", "--allow-empty", "-m", "the tree under test"]]
-    if tag:
-        steps.append(["tag", tag])
-    for step in steps:
+    steps: list[tuple[list[str], bytes | None]] = [(["init", "-q"], None)]
+    if tag and 0 < distance <= MAX_DISTANCE:
+        steps.append((["fast-import", "--quiet"], _history(tag, distance)))
+    steps += [(["add", "-A"], None),
+              (["commit", "-q", "--no-verify", "--allow-empty", "-m", "the tree under test"],
+               None)]
+    if tag and not 0 < distance <= MAX_DISTANCE:
+        steps.append((["tag", tag], None))
+    for step, feed in steps:
         try:
             done = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c",
                                    "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false",
-                                   *step], cwd=workspace, env=env, stdin=subprocess.DEVNULL,
+                                   *step], cwd=workspace, env=env, input=feed,
+                                  stdin=None if feed is not None else subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         except OSError as exc:
             sys.stdout.write(f"git: {exc}\n")
@@ -837,6 +848,16 @@ def make_git(workspace: str, tag: str | None) -> int:
             sys.stdout.write(done.stdout.decode("utf-8", "replace")[-2000:])
             return done.returncode
     return 0
+
+
+def _history(tag: str, distance: int) -> bytes:
+    """A `git fast-import` stream: `distance` empty commits on main, the first tagged `tag`."""
+    who = "retcon-sandbox <retcon-sandbox@localhost> 946684800 +0000"
+    message = b"synthetic history: the distance from the tag\n"
+    commit = (f"commit refs/heads/main\ncommitter {who}\ndata {len(message)}\n".encode()
+              + message + b"\n")
+    first = commit.replace(b"\ncommitter", b"\nmark :1\ncommitter", 1)
+    return first + commit * (distance - 1) + f"reset refs/tags/{tag}\nfrom :1\n\n".encode()
 
 
 def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
@@ -928,9 +949,9 @@ def snapshot(workspace: str) -> int:
     return 0
 
 
-def prepare(workspace: str, git: bool, tag: str | None) -> int:
+def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> int:
     """`--prepare`: the git metadata, then what a setup left (never over the tree's files)."""
-    if git and (code := make_git(workspace, tag)):
+    if git and (code := make_git(workspace, tag, distance)):
         return code
     if os.path.isdir(PREPARED):
         copy_tree(PREPARED, workspace, set())
@@ -951,7 +972,8 @@ def _supervised_mode(args: list[str], workspace: str) -> None:
         sys.exit(snapshot(workspace))
     git = "--git" in args
     tag = args[args.index("--tag") + 1] if "--tag" in args else None
-    sys.exit(prepare(workspace, git, tag))
+    distance = int(args[args.index("--distance") + 1]) if "--distance" in args else 0
+    sys.exit(prepare(workspace, git, tag, distance))
 
 
 def main(argv: list[str]) -> None:

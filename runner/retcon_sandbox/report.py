@@ -87,6 +87,8 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                            + (f" (the spec says {d['spec']!r})" if d.get("spec") else "")),
     "warning": lambda d: f"\n  ⚠ {d['message']}",
     "reaped": lambda d: f"  Removed {d['count']} leftover sandbox container(s) of an earlier run",
+    "base_check": lambda d: (f"  Checking the base commit: {d['verdict']}"
+                             + (" (cached)" if d.get("cached") else "")),
     "branch_created": lambda d: (f"\nCreating cleaned branch from merge-base...\n"
                                  f"  Base commit: {_short(d['base'])}"),
     "branch_continued": lambda d: (f"\nContinuing cleaned branch {d['branch']} at "
@@ -103,6 +105,10 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "setup": lambda d: (f"  Preparing the environment: {d['commands']} setup command(s) on "
                         f"{d['image']}, network {d['network']}"
                         + (f", trusting {d['ca']}" if d.get("ca") else "")),
+    "git_metadata": lambda d: (f"  Git metadata: git describe gives {d['tag']}-N-g<hash>, N "
+                               f"each commit's distance from {d['tag']} (here {d['distance']});"
+                               " the hash part is synthetic: a commit does not exist yet when "
+                               "it is tested"),
     "setup_command": lambda d: f"    $ {d['command']}",
     "setup_output": lambda d: f"      {d['line']}",
     "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",

@@ -16,6 +16,7 @@ from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.api import Sandbox
 from retcon_sandbox.backends.environments import (
     DEFAULT_INPUTS,
+    Environments,
     environment_key,
     host_ca_bundle,
     inputs,
@@ -26,7 +27,9 @@ from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError, UsageError
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
-from retcon_sandbox.spec.settings import SETTINGS
+from retcon_sandbox.report import JsonReporter
+from retcon_sandbox.spec.settings import DEFAULTS, SETTINGS
+from tests.conftest import git
 
 # The in-container modules, under the names they ship as (mypy checks them as files).
 egress = importlib.import_module("retcon_sandbox.sandbox.egress")
@@ -249,6 +252,33 @@ def test_the_workspace_becomes_a_tagged_repository(tmp_path: Path) -> None:
     repo = Repo(tmp_path)
     assert repo.describe_tag("HEAD") == "v1.4.0"
     assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
+
+
+def test_the_workspace_is_as_far_from_its_tag_as_the_commit(tmp_path: Path) -> None:
+    (tmp_path / "pkg.py").write_text("x = 1\n")
+    assert helper.make_git(str(tmp_path), "v1.4.0", 5) == 0
+    repo = Repo(tmp_path)
+    assert repo.describe("HEAD") == ("v1.4.0", 5)
+    assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
+    assert repo.ls_tree(repo.tree_of("v1.4.0")) == {}  # the synthetic history holds no file
+    assert repo.describe("v1.4.0") == ("v1.4.0", 0)
+
+
+def test_a_commit_is_placed_by_its_own_distance_from_its_tag(tmp_path: Path) -> None:
+    repo = Repo.init(tmp_path / "repo")
+    root = repo.commit_files("main", {"a": "1\n"}, "root")
+    assert repo.describe(root) is None  # no tag: no version, as before
+    envs = Environments(repo, LocalBackend(), DEFAULTS, hostaccess.HostAccess().setup,
+                        JsonReporter(), "main")
+    assert envs.version((root, 1)) == (None, 0)
+    git(tmp_path / "repo", "tag", "v2.0", root)
+    sha = repo.commit_files("main", {"a": "2\n"}, "second")
+    assert repo.describe(sha) == ("v2.0", 1)
+    envs = Environments(repo, LocalBackend(), DEFAULTS, hostaccess.HostAccess().setup,
+                        JsonReporter(), "main")
+    assert envs.version((sha, 1)) == ("v2.0", 2)
+    assert envs.version((sha, 0)) == ("v2.0", 1)
+    assert envs.version(None) == ("v2.0", 0)  # no place (plan, the squash check): as before
 
 
 def test_a_tag_name_that_is_not_version_like_is_not_used(tmp_path: Path) -> None:

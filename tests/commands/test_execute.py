@@ -102,6 +102,27 @@ def test_paths_only_spec_needs_no_model(demo: Demo, tmp_path: Path) -> None:
     assert again.code == 0 and "Commit 1/4" not in again.out
 
 
+def test_the_base_commit_is_checked_before_anything_is_written(demo: Demo, tmp_path: Path
+                                                                ) -> None:
+    """A missing module at the base stops the run with its name (exit 1, nothing written);
+    --no-base-check skips the check; another failure is a warning and the run goes on."""
+    original = demo.spec.read_text()
+    test = f"{sys.executable} -c 'import retcon_no_such_module'"
+    missing = cli("execute", str(demo.spec), *LOCAL, "--test", test)
+    assert missing.code == 1, missing.out + missing.err
+    assert "the module 'retcon_no_such_module' is not installed" in missing.err
+    assert "[sandbox] setup" in missing.err and "--no-base-check" in missing.err
+    assert demo.spec.read_text() == original
+    assert "feature-clean" not in demo.git("branch", "--list")
+    skipped = cli("execute", str(demo.spec), *LOCAL, "--test", test, "--no-base-check")
+    assert skipped.code == 3 and "Checking the base commit" not in skipped.out  # stuck at commit 1
+    other = make_demo(tmp_path / "other", with_paths=True)
+    failing = cli("execute", str(other.spec), *LOCAL, "--test", "echo 3 failed; exit 1")
+    assert failing.code == 3, failing.out + failing.err  # goes on, and the first commit fails
+    assert "⚠ the base commit's tests already fail (3 failed)" in failing.out
+    assert "Checking the base commit: build PASS, tests FAIL (exit 1)" in failing.out
+
+
 def test_no_model_and_commits_without_paths_stop_before_doing_anything(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     original = demo.spec.read_text()

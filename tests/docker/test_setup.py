@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.report import FORMATS
 from tests.conftest import ROOT, cli, git
 
 SPEC = """\
@@ -183,10 +184,18 @@ def test_a_package_versioned_by_setuptools_scm(engine: DockerEngine, tmp_path: P
                  'build-backend = "setuptools.build_meta"\n\n[project]\nname = "scmpkg"\n'
                  'dynamic = ["version"]\n{deps}\n[tool.setuptools]\npy-modules = ["scmpkg"]\n\n'
                  "[tool.setuptools_scm]\n# " + RUN + "\n")
-    check = ("import importlib.metadata as m, subprocess\n\n\ndef test_version():\n"
-             "    assert m.version('scmpkg') == '1.4.0'\n"
-             "    described = subprocess.run(['git', 'describe', '--tags'], capture_output=True,"
-             " text=True).stdout.strip()\n    assert described == 'v1.4.0'\n")
+    # The base commit is tagged; commit 1 (README) is 1 after it, commit 2 (VALUE = 2) is 2
+    # after it and prepares its own environment, whose editable install has that version.
+    check = ("import importlib.metadata as m, pathlib, subprocess\nimport scmpkg\n\n\n"
+             "def test_version():\n"
+             "    described = subprocess.run(['git', 'describe', '--tags', '--long'],"
+             " capture_output=True, text=True).stdout.strip()\n"
+             "    base = pathlib.Path('README.md').read_text() == 'scmpkg\\n'\n"
+             "    distance = 0 if base else 2 if scmpkg.VALUE == 2 else 1\n"
+             "    assert described.startswith(f'v1.4.0-{distance}-g'), described\n"
+             "    version = m.version('scmpkg')\n"
+             "    assert version == '1.4.0' if scmpkg.VALUE == 1 else"
+             " version.startswith('1.4.1.dev2+g'), version\n")
     base = {"pyproject.toml": pyproject.format(deps=""), "scmpkg.py": "VALUE = 1\n",
             "test_version.py": check, "README.md": "scmpkg\n"}
     feature = {"README.md": "scmpkg: values\n",
@@ -197,6 +206,60 @@ def test_a_package_versioned_by_setuptools_scm(engine: DockerEngine, tmp_path: P
     code, found, log = run(spec)
     assert_reconstructed(spec, code, found, log)
     assert len(set(prepared(found))) == 2, log
+    shown = next(e for e in found if e["event"] == "git_metadata")
+    assert shown["tag"] == "v1.4.0", log
+    assert [e["passed"] for e in found if e["event"] == "base_check"] == [True], log
+
+
+def test_git_describe_gives_each_commits_distance_from_the_tag(engine: DockerEngine,
+                                                               tmp_path: Path) -> None:
+    """v1.0 is 2 commits under the merge-base: the cleaned commits are 3 and 4 after it, and
+    the base check sees 2 (each tree asserts its own)."""
+    test = ("d=2; [ -f a.txt ] && d=$((d+1)); [ -f b.txt ] && d=$((d+1)); "
+            "git describe --tags --long | grep \"^v1.0-$d-g[0-9a-f]*$\"")
+    spec = make_project(tmp_path / "describe", {"README.md": "x\n"},
+                        {"a.txt": "a\n", "b.txt": "b\n"}, f"test = '{test}'", ["a.txt"],
+                        ["b.txt"], tag="v1.0")
+    repo = spec.parent
+    for n in (1, 2):
+        git(repo, "commit", "-q", "--allow-empty", "-m", f"on main {n}")
+    git(repo, "rebase", "-q", "main", "feature")
+    git(repo, "checkout", "-q", "main")
+    code, found, log = run(spec)
+    assert_reconstructed(spec, code, found, log)
+    assert [e["passed"] for e in found if e["event"] == "base_check"] == [True], log
+    assert git(repo, "describe", "--tags", "--long", "feature-clean").startswith("v1.0-4-g")
+    shown = next(e for e in found if e["event"] == "git_metadata")
+    assert (shown["tag"], shown["distance"]) == ("v1.0", 2), log
+    assert "the hash part is synthetic" in FORMATS["git_metadata"](shown)
+
+
+def test_a_missing_module_is_named_before_anything_is_written(engine: DockerEngine,
+                                                              tmp_path: Path) -> None:
+    base = {"pyproject.toml": "[project]\nname = 'needsyaml'\nversion = '1'\n",
+            "test_conf.py": "import yaml\n\n\ndef test_load():\n"
+                            "    assert yaml.safe_load('a: 1') == {'a': 1}\n"}
+    spec = make_project(tmp_path / "yaml", base, {"README.md": "x\n", "NOTES": "y\n"},
+                        'test = "python -m pytest -q -p no:cacheprovider"', ["README.md"],
+                        ["NOTES"])
+    before = spec.read_text()
+    code, found, log = run(spec)
+    assert code == 1, log
+    error = next(e for e in found if e["event"] == "error")
+    assert "the module 'yaml' is not installed" in str(error["message"]), log
+    assert 'setup = ["pip install -e .[test]"]' in str(error["hint"]), log
+    assert spec.read_text() == before
+    assert "feature-clean" not in git(spec.parent, "branch", "--list")
+    with_setup = before.replace("[sandbox]\n", '[sandbox]\nsetup = "pip --version"\n')
+    spec.write_text(with_setup)
+    code, found, log = run(spec, "--setup-network", "none")
+    assert code == 1, log
+    error = next(e for e in found if e["event"] == "error")
+    assert "setup ran (pip --version) but does not install it" in str(error["message"]), log
+    assert spec.read_text() == with_setup
+    code, found, log = run(spec, "--setup-network", "none", "--no-base-check")
+    assert code == 3, log  # stuck at commit 1: what the base check saves a user from
+    assert not [e for e in found if e["event"] == "base_check"], log
 
 
 def test_a_node_project_with_a_lock_file(engine: DockerEngine, tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: Dock
     demo.spec.write_text(original)
     redo = cli("execute", str(demo.spec), *DOCKER)
     assert redo.code == 0, redo.out + redo.err
-    assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8
+    assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8 + 1
+    assert "Checking the base commit: build PASS, tests PASS (cached)" in redo.out
 
     # the environment is the image's ID (what the tag names today), then the setup's key
     cached = cli("verify", str(demo.spec), "--json")

@@ -90,6 +90,10 @@ def certificate_blocks(pem: bytes) -> bytes:
     return b"".join(m.group(0) + b"\n" for m in _CERTIFICATE.finditer(pem))
 
 
+Place = tuple[str, int]  # a commit, and how many commits after it a tree sits (its version)
+Version = tuple[str | None, int]  # the tag the workspace's git metadata has, and the distance
+
+
 @dataclass(frozen=True)
 class Opened:
     box: Sandbox
@@ -171,6 +175,8 @@ class Environments:
         self.git_lock = git_lock or threading.Lock()
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._warned = False
+        self._described: dict[str, tuple[str, int] | None] = {}  # commit -> `git describe`
+        self._versioned = False  # the git metadata's line was shown
 
     @property
     def docker(self) -> DockerBackend | None:
@@ -233,15 +239,31 @@ class Environments:
 
     # -- sandboxes ---------------------------------------------------------------------------
 
+    def version(self, at: Place | None) -> Version:
+        """The tag and distance of the workspace's git metadata for a tree that sits `at`
+        (`git describe --tags --long` of the commit, plus the commits after it): the version a
+        checkout would give. Without a place: the source's nearest tag, at distance 0."""
+        if at is None or not self.settings.git_metadata:
+            return self.tag, 0
+        commit, ahead = at
+        with self.git_lock:
+            if commit not in self._described:
+                self._described[commit] = self.repo.describe(commit)
+            found = self._described[commit]
+        return (found[0], found[1] + ahead) if found else (None, 0)
+
     @contextlib.contextmanager
-    def sandbox(self, label: str, tree: str, phases: Phases | None = None) -> Iterator[Opened]:
+    def sandbox(self, label: str, tree: str, at: Place | None = None,
+                phases: Phases | None = None) -> Iterator[Opened]:
         """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
-        metadata when on. `phases` adds up the seconds each step takes (the bench reads them).
-        Only the tree's tar is made under `git_lock` (into a spool): the sandbox unpacks it
-        outside the lock, while another thread reads git."""
+        metadata when on (versioned as the tree's place `at` says, see `version`). `phases`
+        adds up the seconds each step takes (the bench reads them). Only the tree's tar is made
+        under `git_lock` (into a spool): the sandbox unpacks it outside the lock, while another
+        thread reads git."""
         clock = phases if phases is not None else Phases()
+        version = self.version(at)
         with clock.timed("environment"):
-            image = self.image_for(tree)
+            image = self.image_for(tree, version)
         docker = self.docker
         if docker is None:
             self._local_warning()
@@ -262,7 +284,7 @@ class Environments:
             with clock.timed("load"):
                 files = dbox.load_tree(tar)
             with clock.timed("prepare"):
-                self._prepare_workspace(dbox)
+                self._prepare_workspace(dbox, version)
             yield Opened(dbox, files, image)
 
     def tree_tar(self, tree: str, clock: Phases) -> TarStream:
@@ -273,7 +295,7 @@ class Environments:
             with clock.timed("git_tar"):
                 return spooled(self.repo.tree_tar(tree, self.settings.max_file_size))
 
-    def image_for(self, tree: str) -> str | None:
+    def image_for(self, tree: str, version: Version | None = None) -> str | None:
         key = self.key(tree)
         docker = self.docker
         if key is None or docker is None:
@@ -287,7 +309,7 @@ class Environments:
                 self._ids.setdefault(key, docker.engine.image_id(tag))
                 return tag
             replaced = docker.engine.image_id(tag) if kept else None
-            self._run_setup(docker, tree, repository, key)
+            self._run_setup(docker, tree, repository, key, version or (self.tag, 0))
             self._prepared.add(key)
             self._ids[key] = docker.engine.image_id(tag)
             if replaced is not None and replaced != self._ids[key]:
@@ -309,8 +331,12 @@ class Environments:
                     engine.remove_image(tag)
                     self.report.emit("setup_pruned", tag=tag)
 
-    def _prepare_workspace(self, box: DockerSandbox) -> None:
-        result = box.prepare_workspace(self.settings.git_metadata, self.tag)
+    def _prepare_workspace(self, box: DockerSandbox, version: Version) -> None:
+        tag, distance = version
+        if self.settings.git_metadata and tag and not self._versioned:
+            self._versioned = True
+            self.report.emit("git_metadata", tag=tag, distance=distance)
+        result = box.prepare_workspace(self.settings.git_metadata, tag, distance)
         if not result.passed and not self._warned:
             self._warned = True
             self.report.emit("warning", message="the workspace could not be made a git repository "
@@ -330,7 +356,8 @@ class Environments:
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str) -> None:
+    def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str,
+                   version: Version) -> None:
         started = time.monotonic()
         commands = self.settings.setup
         ca = host_ca_bundle()
@@ -340,7 +367,7 @@ class Environments:
                                ca[1] if ca else None) as box:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
-            self._prepare_workspace(box)
+            self._prepare_workspace(box, version)
             for command in commands:
                 self._setup_command(docker, box, command)
             kept = box.snapshot()

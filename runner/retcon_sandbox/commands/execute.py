@@ -67,6 +67,7 @@ class ExecuteOptions:
     strict_provenance: bool = False
     accept_provenance: bool = False
     adopt_branch: bool = False
+    base_check: bool = True
     setup_network: str = "registries"
     setup_registry: tuple[str, ...] = ()
     setup_disk: int = hostaccess.SETUP_DISK
@@ -87,7 +88,7 @@ class ExecuteOptions:
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
                    strict_provenance=args.strict_provenance,
                    accept_provenance=args.accept_provenance, adopt_branch=args.adopt_branch,
-                   setup_network=args.setup_network,
+                   base_check=not args.no_base_check, setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
                    limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes)
@@ -148,7 +149,8 @@ def execute(options: ExecuteOptions) -> int:
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance,
                              accept_provenance=options.accept_provenance,
-                             adopt_branch=options.adopt_branch),
+                             adopt_branch=options.adopt_branch,
+                             base_check=options.base_check),
                   settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base, final=final)

@@ -157,8 +157,8 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
             display.finished(row)
 
     pool = Pool(plan.repo, envs, verifier, jobs, more)
-    pool.run([Item(row.tree, f"verify-{row.sha[:12]}") for row in plan.rows], on_done,
-             on_start, display.tick)
+    items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0)) for row in plan.rows]
+    pool.run(items, on_done, on_start, display.tick)
     reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, engines=pool.spread,
                   seconds=pool.phases.summary(), counts=pool.phases.counts)
     if verifier.cache is not None and verifier.cache.problem:

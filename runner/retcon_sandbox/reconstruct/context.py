@@ -51,6 +51,7 @@ class RunOptions:
     jobs: int = 1
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
+    base_check: bool = True  # build and test the base commit first (--no-base-check: not)
 
 
 @dataclass
@@ -113,7 +114,8 @@ class Run:
                 inner = stack.enter_context(contextlib.ExitStack())
                 current.append(inner)
                 started = time.monotonic()
-                opened = inner.enter_context(self.envs.sandbox(label, tree))
+                opened = inner.enter_context(self.envs.sandbox(label, tree,
+                                                               self.place(tree, number)))
                 where = {} if number is None else {"number": number}
                 self.report.emit("sandbox", **where, files=opened.files,
                                  seconds=time.monotonic() - started,
@@ -122,6 +124,15 @@ class Run:
 
             yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
                             self.settings.max_file_size, self.envs.key)
+
+    def place(self, tree: str, number: int | None) -> tuple[str, int]:
+        """Where a sandbox's tree sits, for its git metadata's version: the cleaned branch's
+        tip when commit `number` verifies the tip's own tree, else the commit made on the tip
+        next. (A fix made in an open sandbox keeps the version it opened with.)"""
+        tip = self.tip()
+        verifying = number is not None and \
+            isinstance(next_step(self.commit_spec(number).history), Verify)
+        return tip, 0 if verifying and tree == self.repo.tree_of(tip) else 1
 
     # -- writing -----------------------------------------------------------------------------
 

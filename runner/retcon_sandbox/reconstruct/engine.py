@@ -9,9 +9,11 @@ history again, so a run can stop anywhere and the next run goes on from the file
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from retcon_sandbox.errors import GitError
+from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.errors import ConfigError, GitError
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
 from retcon_sandbox.reconstruct.steps.final import final_check, tests_summary
@@ -19,6 +21,7 @@ from retcon_sandbox.reconstruct.steps.remainder import remainder
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
 from retcon_sandbox.spec.history import Done, commits_created, next_step
+from retcon_sandbox.verify import missing
 from retcon_sandbox.verify.stages import check_runnable
 
 
@@ -48,16 +51,35 @@ def preflight(ctx: Run) -> None:
     """Before the branch is created or any entry written, when there is work left: the
     environment of the tip's tree is prepared (a setup that fails or times out stops here, and
     the first commit reuses it), and the programs the build and test commands start with exist
-    in it. So exit 1 before the first commit means that nothing was recorded."""
+    in it; while no commit is on the branch, the base commit must not fail for a missing
+    dependency (`base_check`). So exit 1 before the first commit means that nothing was
+    recorded."""
     if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
         return
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
-    with ctx.envs.sandbox("preflight", ctx.repo.tree_of(tip)) as opened:
+    tree = ctx.repo.tree_of(tip)
+    with ctx.envs.sandbox("preflight", tree, (tip, 0)) as opened:
         check_runnable(opened.box, ctx.verifier.commands)
         if ctx.final is not None:
             check_runnable(opened.box, ctx.final.commands)
+        if tip == ctx.base and ctx.options.base_check and ctx.verifier.runs_anything:
+            base_check(ctx, tree, lambda: opened.box)
+
+
+def base_check(ctx: Run, tree: str, box: Callable[[], Sandbox]) -> None:
+    """While no commit is on the cleaned branch: the base commit is built and tested (cached
+    like any tree). A missing module or crate stops the run here, naming it and the setup that
+    installs it (`missing.judge`); any other failure is a warning, and the run goes on."""
+    outcome = ctx.verifier.baseline(tree, box)
+    failed = next((s.which for s in outcome.stages if not s.passed), "test")
+    verdict = missing.judge(outcome.failure, ctx.settings.setup, ctx.repo.ls_tree(tree),
+                            "build" if failed == "build" else "tests")
+    if isinstance(verdict, ConfigError):
+        raise verdict
+    if verdict is not None:
+        ctx.report.emit("warning", message=verdict)
 
 
 CREATED = "create at merge-base"  # the reflog's reason when a run creates the cleaned branch

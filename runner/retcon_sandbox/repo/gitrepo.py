@@ -131,6 +131,18 @@ class Repo:
             return None
         return tag if _TAG_NAME.fullmatch(tag) and ".." not in tag else None
 
+    def describe(self, rev: str) -> tuple[str, int] | None:
+        """The nearest tag reachable from `rev` and the number of commits from it to `rev`
+        (`git describe --tags --long`), if the tag's name is a plain version-like name."""
+        try:
+            found = self._git("describe", "--tags", "--long", rev)
+        except GitError:
+            return None
+        tag, distance, _ = found.rsplit("-", 2)
+        if not _TAG_NAME.fullmatch(tag) or ".." in tag or not distance.isdigit():
+            return None
+        return tag, int(distance)
+
     def merge_base(self, a: str, b: str) -> str:
         try:
             return self._git("merge-base", a, b)

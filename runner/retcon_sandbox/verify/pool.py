@@ -29,7 +29,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.backends.environments import Environments, Opened, Phases
+from retcon_sandbox.backends.environments import Environments, Opened, Phases, Place
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.verify.cache import Outcome
@@ -42,6 +42,7 @@ TICK = 0.25  # seconds between calls of `tick` while waiting (a live display red
 class Item:
     tree: str
     label: str  # the sandbox's label
+    at: Place | None = None  # the commit the tree is (its git metadata's version)
 
 
 Started = Callable[[Item], None]  # called from a worker thread: keep it to plain assignments
@@ -208,5 +209,6 @@ class Pool:
             self.spread[where] = self.spread.get(where, 0) + 1
         stack = contextlib.ExitStack()
         with stack:
-            opened = stack.enter_context(envs.sandbox(item.label, item.tree, self.phases))
+            opened = stack.enter_context(envs.sandbox(item.label, item.tree, item.at,
+                                                            self.phases))
             return stack.pop_all(), opened

@@ -225,6 +225,20 @@ class Verifier:
                 self._note_claim(tree, key)
                 self.cache.put(tree, key, outcome)
 
+    def baseline(self, tree: str, box: Callable[[], Sandbox]) -> Outcome:
+        """Build, then tests, of the base commit's `tree` (in `box()`, opened when needed):
+        through the cache like any commit, reported as one `base_check` event."""
+        outcome = self.lookup(tree)
+        if outcome is None:
+            outcome = run_stages(box, self.commands)
+            self.record(tree, outcome)
+        failed = next((s for s in outcome.stages if not s.passed), None)
+        self.report.emit("base_check", passed=outcome.passed, cached=outcome.cached,
+                         verdict=", ".join(f"{EVENTS[s.which]} {s.verdict}"
+                                           for s in outcome.stages),
+                         failed=EVENTS[failed.which] if failed else None)
+        return outcome
+
     def run(self, state: WorkState, which: str) -> CommandResult | None:
         """One command, as a tool call of the model (no events, no cache)."""
         command = self.commands.get(which)

@@ -77,10 +77,13 @@ class DockerSandbox(HelperSandbox):
             self._still_alive(command)
         return result
 
-    def prepare_workspace(self, git: bool, tag: str | None) -> CommandResult:
-        """The git metadata (a repository of one commit, tagged `tag`), then what a setup left
-        in the workspace: as the commands' uid, which then owns them."""
-        args = ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else [])]
+    def prepare_workspace(self, git: bool, tag: str | None, distance: int = 0
+                          ) -> CommandResult:
+        """The git metadata (a repository whose last commit holds the tree, `distance` commits
+        after the tag `tag`), then what a setup left in the workspace: as the commands' uid,
+        which then owns them."""
+        args = ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else []),
+                *(["--distance", str(distance)] if tag and distance else [])]
         return self._backend.run_command(self.container_id, "prepare the workspace",
                                          COMMAND_MARGIN_S * 4, self._env, helper_args=args)
 
