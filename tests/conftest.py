@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder whose `python3` and `python` are the interpreter running the tests, so commands
-    run by the local backend use it (and its pytest) whether or not a venv is activated."""
+    run by the local backend use it (and its pytest) whether or not a venv is activated.
+
+    Scripts, not symlinks: a symlink to a venv's python, outside the venv's folder, starts the
+    base interpreter without the venv's packages (the venv is found beside the path run)."""
     folder = tmp_path_factory.mktemp("bin")
     for name in ("python3", "python"):
-        (folder / name).symlink_to(sys.executable)
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        shim.chmod(0o755)
     return folder
 
 
