@@ -113,6 +113,7 @@ def test_odd_names_in_json_events_are_exact_json(tmp_path: Path) -> None:
     assert listing(repo, "feature-clean") == listing(repo, "feature")
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_utf8_goes_to_the_model_and_back(tmp_path: Path) -> None:
     """The model sees such a name with `\\xNN` (git's `\\NNN` in diffs) and its tools take
     either spelling back to the exact bytes."""
@@ -146,6 +147,7 @@ def test_symlinks_changed_and_deleted_by_paths_commits(tmp_path: Path) -> None:
     assert run_git(repo, "cat-file", "-p", "feature-clean~1:link") == b"elsewhere"
 
 
+@pytest.mark.slow
 def test_a_path_a_thousand_directories_deep(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {b"README": (FILE, b"r\n")},
                      {b"README": (FILE, b"r\n"), b"other.txt": (FILE, b"o\n")}, first='["d"]')
