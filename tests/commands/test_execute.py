@@ -302,6 +302,7 @@ def test_unknown_branch_and_checked_out_cleaned_branch_are_refused(demo: Demo) -
     assert result.code == 1 and "is checked out" in result.err
 
 
+@pytest.mark.slow
 def test_fixes_that_change_nothing_exhaust_the_budget(tmp_path: Path) -> None:
     from tests.fake_openai import call
     from tests.scripts import BROKEN_DISCOUNTS, write

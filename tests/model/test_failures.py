@@ -138,6 +138,7 @@ MID_RUN: list[tuple[str, Step, str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fault", "message"), MID_RUN, ids=[m[0] for m in MID_RUN])
 def test_a_model_failing_mid_run_is_an_error_and_never_stuck(tmp_path: Path, name: str,
                                                              fault: Step, message: str) -> None:

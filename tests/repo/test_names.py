@@ -90,6 +90,7 @@ ODD = {
 }
 
 
+@pytest.mark.slow
 def test_odd_names_reconstruct_exactly(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {b"README": (FILE, b"r\n")}, {b"README": (FILE, b"r\n"), **ODD},
                      first='["plain.txt", "new*"]')
@@ -102,6 +103,7 @@ def test_odd_names_reconstruct_exactly(tmp_path: Path) -> None:
     assert "Taking paths from source: new\\nline.txt, plain.txt\n" in result.out
 
 
+@pytest.mark.slow
 def test_odd_names_in_json_events_are_exact_json(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {b"README": (FILE, b"r\n")}, {b"README": (FILE, b"r\n"), **ODD},
                      first='["latin1-*", "new*"]')
@@ -135,6 +137,7 @@ def test_a_name_that_is_not_utf8_goes_to_the_model_and_back(tmp_path: Path) -> N
     assert listing(repo, "feature-clean") == listing(repo, "feature")
 
 
+@pytest.mark.slow
 def test_symlinks_changed_and_deleted_by_paths_commits(tmp_path: Path) -> None:
     base = {b"link": ("120000", b"target-a"), b"gone": ("120000", b"target-b"),
             b"target-a": (FILE, b"a\n")}
