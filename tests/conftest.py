@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.commands.demo import create
+from retcon_sandbox.repo import demo as demo_project
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = (sys.executable, "-m", "retcon_sandbox")
@@ -29,10 +33,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder whose `python3` and `python` are the interpreter running the tests, so commands
-    run by the local backend use it (and its pytest) whether or not a venv is activated."""
+    run by the local backend use it (and its pytest) whether or not a venv is activated.
+
+    Scripts, not symlinks: a symlink to a venv's python, outside the venv's folder, starts the
+    base interpreter without the venv's packages (the venv is found beside the path run)."""
     folder = tmp_path_factory.mktemp("bin")
     for name in ("python3", "python"):
-        (folder / name).symlink_to(sys.executable)
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        shim.chmod(0o755)
     return folder
 
 
@@ -73,10 +82,48 @@ class Demo:
         return git(self.path, *args)
 
 
+_TEMPLATES: dict[tuple[str, ...], Path] = {}  # the demo repository made once per identity
+
+
 def make_demo(directory: Path, with_paths: bool, spec_text: str | None = None) -> Demo:
-    """The demo's messy repository (10 commits, interleaved concerns) and a 4-commit spec."""
-    spec = create(directory, with_paths, spec_text)
+    """The demo's messy repository (10 commits, interleaved concerns) and a 4-commit spec.
+
+    `retcon-sandbox demo`'s own `create` makes it once per test process and git identity (the
+    sealed dates and author make it the same repository every time), and each test gets a copy:
+    ten commits through git cost seconds on a loaded machine, a copy a tenth of that."""
+    key = (*(os.environ.get(name, "") for name in IDENTITY), _global_config())
+    template = _TEMPLATES.get(key)
+    if template is None or not template.is_dir():
+        template = Path(tempfile.mkdtemp(prefix="retcon-demo-template-")) / "repo"
+        create(template, with_paths).unlink()  # the spec: each copy writes its own
+        _TEMPLATES[key] = template
+    if directory.exists() and any(directory.iterdir()):
+        raise FileExistsError(f"{directory} is not empty")
+    shutil.copytree(template, directory, symlinks=True, dirs_exist_ok=True)
+    git(directory, "update-index", "-q", "--refresh")  # the index's stat data, as checked out
+    spec = directory / SPEC_NAME  # where `create` writes it
+    spec.write_text(spec_text or demo_project.spec_text(with_paths), encoding="utf-8")
     return Demo(directory, spec)
+
+
+IDENTITY = ("GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE",
+            "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE")
+SPEC_NAME = "history-spec.toml"
+
+
+def _global_config() -> str:
+    path = os.environ.get("GIT_CONFIG_GLOBAL") or os.path.expanduser("~/.gitconfig")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_demo_templates() -> Iterator[None]:
+    yield
+    for template in _TEMPLATES.values():
+        shutil.rmtree(template.parent, ignore_errors=True)
 
 
 @pytest.fixture

@@ -90,7 +90,8 @@ def test_no_import_cycle() -> None:
 
 
 def test_each_library_is_imported_by_its_adapter_alone() -> None:
-    users = {lib: {module_name(p) for p in PACKAGE.rglob("*.py") if lib in third_party(p)}
+    imported = {module_name(p): third_party(p) for p in PACKAGE.rglob("*.py")}  # parsed once
+    users = {lib: {module for module, libs in imported.items() if lib in libs}
              for lib in ADAPTERS}
     assert all(users[lib] <= {adapter} for lib, adapter in ADAPTERS.items())
     assert all(users[lib] == {ADAPTERS[lib]} for lib in ("docker", "git", "openai"))

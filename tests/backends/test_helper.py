@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,16 @@ def test_commands_report_exit_code_and_output(box: HelperSandbox) -> None:
     result = box.run("echo out; echo err >&2; exit 4", 10)
     assert (result.exit_code, result.output, result.passed) == (4, "out\nerr\n", False)
     assert box.run("test -f src/app.py", 10).passed
+
+
+@pytest.mark.parametrize("name", ["python3", "python"])
+def test_python_in_commands_is_the_interpreter_running_the_tests(box: HelperSandbox,
+                                                                 name: str) -> None:
+    """The tests' `python3 -m pytest` commands get this interpreter and its packages (its venv,
+    activated or not), never whatever `python3` comes first on the caller's PATH."""
+    result = box.run(f"{name} -c 'import sys; print(sys.prefix); print(sys.version)'", 30)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:2] == [sys.prefix, sys.version.splitlines()[0]]
 
 
 def test_timeout_kills_the_whole_tree(box: HelperSandbox) -> None:

@@ -34,6 +34,7 @@ def test_ordinary_variables_pass(name: str, value: str) -> None:
     assert credential_problem(name, value) is None
 
 
+@pytest.mark.slow
 def test_pass_env_reaches_the_commands(demo: Demo) -> None:
     text = demo.spec.read_text()
     demo.spec.write_text(text.replace('test = "', 'test = "test \\"$RS_GREETING\\" = hello && ', 1))

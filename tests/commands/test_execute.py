@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, cli_at_terminal, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
@@ -49,6 +51,7 @@ def user_state(demo: Demo) -> tuple[str, str, str, str]:
             demo.git("rev-parse", "feature"))
 
 
+@pytest.mark.slow
 def test_llm_reconstructs_a_messy_branch_into_four_commits(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     original = demo.spec.read_text()
@@ -93,6 +96,7 @@ def test_llm_reconstructs_a_messy_branch_into_four_commits(tmp_path: Path) -> No
     assert after[2] == before[2]  # and the work tree: the run's own files are under .git
 
 
+@pytest.mark.slow
 def test_paths_only_spec_needs_no_model(demo: Demo, tmp_path: Path) -> None:
     result = cli("execute", str(demo.spec), *LOCAL)
     assert result.code == 0, result.out + result.err
@@ -133,6 +137,7 @@ def test_no_model_and_commits_without_paths_stop_before_doing_anything(tmp_path:
     assert "feature-clean" not in demo.git("branch", "--list")
 
 
+@pytest.mark.slow
 def test_stuck_then_resolved_then_resume(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, second = stuck_then_fixed()
@@ -163,6 +168,7 @@ def test_stuck_then_resolved_then_resume(tmp_path: Path) -> None:
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
 
 
+@pytest.mark.slow
 def test_a_prewritten_response_resolves_stuck_without_stopping(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     text = demo.spec.read_text().replace(
@@ -177,6 +183,7 @@ def test_a_prewritten_response_resolves_stuck_without_stopping(tmp_path: Path) -
     assert "Using the pre-written response: Use check_price from commit 1." in result.out
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_rerun_completes_consistently(demo: Demo, tmp_path: Path) -> None:
     slow = demo.spec.read_text().replace(
         'test = "python3 -m pytest -q -p no:cacheprovider"',
@@ -202,6 +209,7 @@ def test_kill_9_mid_run_then_rerun_completes_consistently(demo: Demo, tmp_path: 
     assert_every_commit_passes(demo, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_run_killed_inside_its_branch_update_is_finished_on_rerun(demo: Demo) -> None:
     """kill -9 between git's ref lock and its rename: the spec recorded the commit, the branch
     did not move, and git's lock file holds the new value. The rerun removes that lock (and
@@ -225,6 +233,7 @@ def test_a_run_killed_inside_its_branch_update_is_finished_on_rerun(demo: Demo) 
     assert demo.spec.read_text().count('"complete"') == 4
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_creating_the_branch_is_finished_on_rerun(demo: Demo) -> None:
     lock = demo.path / ".git" / "refs" / "heads" / "feature-clean.lock"
     lock.write_text(demo.git("merge-base", "main", "feature") + "\n")
@@ -234,6 +243,7 @@ def test_a_run_killed_while_creating_the_branch_is_finished_on_rerun(demo: Demo)
     assert not lock.exists()
 
 
+@pytest.mark.slow
 def test_squash_wip_leaves_one_commit_per_entry(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(reconstruction()) as model:
@@ -245,6 +255,7 @@ def test_squash_wip_leaves_one_commit_per_entry(tmp_path: Path) -> None:
     assert_every_commit_passes(demo, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_model_outage_mid_run_is_an_error_not_a_stuck_commit(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI([]) as model:  # every call but the preflight answers 500
@@ -259,6 +270,7 @@ def test_a_model_outage_mid_run_is_an_error_not_a_stuck_commit(tmp_path: Path) -
     assert "stuck" not in demo.spec.read_text()
 
 
+@pytest.mark.slow
 def test_leftover_changes_go_into_a_loud_final_commit(tmp_path: Path) -> None:
     text = demo_project.spec_text(True).replace('paths = ["README.md", "docs"]',
                                                 'paths = ["docs"]')
@@ -271,6 +283,7 @@ def test_leftover_changes_go_into_a_loud_final_commit(tmp_path: Path) -> None:
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
 
 
+@pytest.mark.slow
 def test_json_events_and_status(demo: Demo) -> None:
     result = cli("execute", str(demo.spec), *LOCAL, "--json")
     assert result.code == 0, result.err
@@ -310,6 +323,7 @@ def test_unknown_branch_and_checked_out_cleaned_branch_are_refused(demo: Demo) -
     assert result.code == 1 and "is checked out" in result.err
 
 
+@pytest.mark.slow
 def test_fixes_that_change_nothing_exhaust_the_budget(tmp_path: Path) -> None:
     from tests.fake_openai import call
     from tests.scripts import BROKEN_DISCOUNTS, write
@@ -328,6 +342,7 @@ def test_fixes_that_change_nothing_exhaust_the_budget(tmp_path: Path) -> None:
     assert "No progress: 3 attempts to commit changed nothing" in demo.spec.read_text()
 
 
+@pytest.mark.slow
 def test_stuck_at_a_terminal_asks_for_a_note_and_goes_on(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, second = stuck_then_fixed()
@@ -341,6 +356,7 @@ def test_stuck_at_a_terminal_asks_for_a_note_and_goes_on(tmp_path: Path) -> None
         demo.spec.read_text()
 
 
+@pytest.mark.slow
 def test_demo_with_a_model_uses_hints(tmp_path: Path) -> None:
     with FakeOpenAI(reconstruction()) as model:
         result = cli("demo", "--llm", "--sandbox", "local", "--directory",
@@ -359,6 +375,7 @@ def test_demo_with_a_model_uses_hints(tmp_path: Path) -> None:
     assert no_model.code == 1 and "need a model" in no_model.err
 
 
+@pytest.mark.slow
 def test_remaining_changes_become_fixups_of_their_commits_or_a_loud_final_commit(
         tmp_path: Path) -> None:
     from tests.fake_openai import call
@@ -382,6 +399,7 @@ def test_remaining_changes_become_fixups_of_their_commits_or_a_loud_final_commit
     assert history.count('"complete"') == 3 and history.count("commit_created") == 3
 
 
+@pytest.mark.slow
 def test_squash_folds_remaining_changes_into_the_commits_they_belong_to(tmp_path: Path) -> None:
     from tests.fake_openai import call
     from tests.scripts import with_gaps
@@ -401,6 +419,7 @@ def test_squash_folds_remaining_changes_into_the_commits_they_belong_to(tmp_path
     assert_every_commit_passes(demo, tmp_path)
 
 
+@pytest.mark.slow
 def test_demo_run_from_inside_another_repository(tmp_path: Path) -> None:
     """README command 1 runs in the checkout: the demo works on its own repository, not on the
     one containing the current directory."""

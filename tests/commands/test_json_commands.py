@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.backends import images
 from tests.conftest import cli, git
 
@@ -14,6 +16,7 @@ def events(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
+@pytest.mark.slow
 def test_demo_json_is_the_run_events_then_a_demo_event(tmp_path: Path) -> None:
     result = cli("demo", "--directory", str(tmp_path / "demo"), "--sandbox", "local", "--json")
     assert result.code == 0, result.out + result.err

@@ -80,6 +80,7 @@ def nothing_left_script() -> list[Step]:
     ]
 
 
+@pytest.mark.slow
 def test_the_model_says_nothing_is_left_and_the_run_goes_on(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(nothing_left_script()) as model:
@@ -110,6 +111,7 @@ def test_the_model_says_nothing_is_left_and_the_run_goes_on(tmp_path: Path) -> N
     assert rows[1]["state"] == "nothing to extract" and rows[1]["nothing"] == REASON
 
 
+@pytest.mark.slow
 def test_nothing_to_extract_is_refused_while_a_named_file_still_differs(tmp_path: Path) -> None:
     """Commit 3's hints name tests/test_discounts.py, which no later commit names: "nothing to
     extract" is refused while it differs, and the model must take it or give up."""
@@ -137,6 +139,7 @@ def paths_overlap_spec() -> str:
                                                 '"shop/legacy_checks.py", "shop/discounts.py"]')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("squash", [False, True])
 def test_a_paths_commit_with_nothing_left(tmp_path: Path, squash: bool) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=paths_overlap_spec())
@@ -161,6 +164,7 @@ def test_a_paths_commit_with_nothing_left(tmp_path: Path, squash: bool) -> None:
 TIMED = re.compile(r"^  (Building|Tests)\.\.\. PASS \(\d+\.\d s\)$", re.MULTILINE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_quiet_prints_only_the_outcome(demo: Demo, where: str) -> None:
     args = ("-q", "execute", str(demo.spec), *LOCAL) if where == "before" else \
@@ -171,6 +175,7 @@ def test_quiet_prints_only_the_outcome(demo: Demo, where: str) -> None:
     assert "Tree check: cleaned == source ✓" in result.out and "Complete!" in result.out
 
 
+@pytest.mark.slow
 def test_verbose_prints_the_events_only_json_had(demo: Demo) -> None:
     quiet = cli("verify", str(demo.spec), "--sandbox", "local", "-v")  # no cleaned branch yet
     assert quiet.code == 1
@@ -185,6 +190,7 @@ def test_verbose_prints_the_events_only_json_had(demo: Demo) -> None:
     assert both.code == 2 and "not allowed with argument" in both.err
 
 
+@pytest.mark.slow
 def test_an_ascii_only_output_encoding_works(demo: Demo) -> None:
     """PYTHONIOENCODING=ascii: our symbols in ASCII, other characters escaped, no crash."""
     spec = demo.spec.read_text().replace("docs: document discount codes",
@@ -201,6 +207,7 @@ def test_an_ascii_only_output_encoding_works(demo: Demo) -> None:
         "documenté discount codes")
 
 
+@pytest.mark.slow
 def test_build_and_test_lines_show_their_time(demo: Demo) -> None:
     result = cli("execute", str(demo.spec), *LOCAL)
     assert result.code == 0, result.out + result.err
@@ -217,6 +224,7 @@ def test_a_failure_without_a_model_is_not_assessed(demo: Demo) -> None:
     assert "no model is configured to fix them" in demo.spec.read_text()
 
 
+@pytest.mark.slow
 def test_a_resumed_commit_is_reverified_not_created(demo: Demo) -> None:
     assert cli("execute", str(demo.spec), *LOCAL).code == 0
     text = demo.spec.read_text()
@@ -230,6 +238,7 @@ def test_a_resumed_commit_is_reverified_not_created(demo: Demo) -> None:
     assert demo.spec.read_text() == text
 
 
+@pytest.mark.slow
 def test_a_cut_off_branch_update_is_recovered(demo: Demo) -> None:
     assert cli("execute", str(demo.spec), *LOCAL).code == 0
     text = demo.spec.read_text()
@@ -248,6 +257,7 @@ def test_a_cut_off_branch_update_is_recovered(demo: Demo) -> None:
     assert demo.git("rev-parse", "feature-clean") == tip
 
 
+@pytest.mark.slow
 def test_no_stuck_message_before_the_interactive_prompt(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, _ = stuck_then_fixed()
@@ -260,6 +270,7 @@ def test_no_stuck_message_before_the_interactive_prompt(tmp_path: Path) -> None:
     assert "Stuck - stopping" in after  # the person chose to stop
 
 
+@pytest.mark.slow
 def test_the_summary_tells_what_to_do_and_after_squashing_describes_the_branch(
         tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
@@ -283,6 +294,7 @@ def test_the_summary_tells_what_to_do_and_after_squashing_describes_the_branch(
         assert "autosquash" not in output.out + output.err and "rebase" not in output.out
 
 
+@pytest.mark.slow
 def test_every_event_of_a_run_with_fixes_and_a_remainder(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     assign: list[Step] = [[call("assign_path", path="docs/discounts.md", commit=4)],
@@ -300,6 +312,7 @@ def test_every_event_of_a_run_with_fixes_and_a_remainder(tmp_path: Path) -> None
     assert leftover["number"] == 4 and leftover["paths"] == ["tests/test_validation.py"]
 
 
+@pytest.mark.slow
 def test_a_stuck_run_in_json(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, _ = stuck_then_fixed()

@@ -205,6 +205,7 @@ def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
 # --- commands -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["build", "test"])
 def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which: str) -> None:
     first = () if which == "build" else ("--skip", "build")  # a build may make the tests' program
@@ -218,12 +219,14 @@ def test_a_command_that_is_not_found_is_a_configuration_error(demo: Demo, which:
     assert demo.git("rev-parse", "feature-clean^{tree}") == demo.git("rev-parse", "feature^{tree}")
 
 
+@pytest.mark.slow
 def test_a_tests_program_the_build_makes_is_not_refused(demo: Demo) -> None:
     build = "mkdir -p bin && printf '#!/bin/sh\\nexit 0\\n' > bin/made && chmod +x bin/made"
     result = cli("execute", str(demo.spec), *LOCAL, "--build", build, "--test", "bin/made")
     assert result.code == 0, result.out + result.err
 
 
+@pytest.mark.slow
 def test_a_command_that_is_not_executable_is_a_configuration_error(demo: Demo) -> None:
     result = refused(demo, "--build", "./README.md")
     assert "the build command cannot run in the sandbox (./README.md: not found, or not an " \

@@ -39,6 +39,7 @@ def redo(demo: Demo, original: str) -> None:
     demo.spec.write_text(original)
 
 
+@pytest.mark.slow
 def test_the_messy_branch_fails_where_it_is_broken_and_the_clean_one_passes(demo: Demo) -> None:
     messy = cli("verify", "main..feature", "--spec", str(demo.spec), "-j", "2", *LOCAL,
                 cwd=demo.path)
@@ -63,6 +64,7 @@ def test_the_messy_branch_fails_where_it_is_broken_and_the_clean_one_passes(demo
     assert "4 commits: 4 passed (4 cached)" in clean.out
 
 
+@pytest.mark.slow
 def test_json_has_one_event_per_commit_and_a_summary(demo: Demo) -> None:
     result = cli("verify", "main..feature", "--build", "python3 -m compileall -q shop tests",
                  "--json", "-j", "2", *LOCAL, cwd=demo.path)
@@ -82,6 +84,7 @@ def test_json_has_one_event_per_commit_and_a_summary(demo: Demo) -> None:
     assert summary["failing"] == [wip["sha"]]
 
 
+@pytest.mark.slow
 def test_results_are_cached_in_git_notes_and_no_cache_runs_again(demo: Demo) -> None:
     args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL, "--json")
     first = cli(*args, cwd=demo.path)
@@ -97,6 +100,7 @@ def test_results_are_cached_in_git_notes_and_no_cache_runs_again(demo: Demo) -> 
     assert demo.git("status", "--porcelain") == "?? history-spec.toml"
 
 
+@pytest.mark.slow
 def test_configuration_errors_exit_1(demo: Demo) -> None:
     nothing = cli("verify", "main..feature", *LOCAL, cwd=demo.path)
     assert nothing.code == 1 and "no build or test command" in nothing.err
@@ -149,6 +153,7 @@ def on_a_terminal(demo: Demo, env: dict[str, str] | None = None) -> str:
     return out.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{"TERM": "dumb"}, {"NO_COLOR": "1"}])
 def test_no_cursor_movement_for_a_dumb_terminal_or_no_color(demo: Demo,
                                                             env: dict[str, str]) -> None:
@@ -156,6 +161,7 @@ def test_no_cursor_movement_for_a_dumb_terminal_or_no_color(demo: Demo,
     assert "\x1b" not in text and "FAIL" in text and "Failures:" in text
 
 
+@pytest.mark.slow
 def test_the_table_is_redrawn_in_place_on_a_terminal(demo: Demo) -> None:
     text = on_a_terminal(demo, {"TERM": "xterm", "NO_COLOR": ""})
     assert "\x1b[10F" in text  # back to the first of the 10 rows, to draw them again
@@ -163,6 +169,7 @@ def test_the_table_is_redrawn_in_place_on_a_terminal(demo: Demo) -> None:
     assert final.count("\x1b[2K") == 10 and "FAIL" in final and "Failures:" in final
 
 
+@pytest.mark.slow
 def test_redoing_a_reconstruction_runs_no_build_and_no_test(demo: Demo) -> None:
     original = demo.spec.read_text()
     first = cli("execute", str(demo.spec), *LOCAL, "--non-interactive")
@@ -179,6 +186,7 @@ def test_redoing_a_reconstruction_runs_no_build_and_no_test(demo: Demo) -> None:
     assert "(cached)" not in third.out
 
 
+@pytest.mark.slow
 def test_the_fix_loop_reads_a_cached_failure_instead_of_running_it_again(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     original = demo.spec.read_text()
@@ -226,6 +234,7 @@ def forge_passes(demo: Demo, subjects: list[str]) -> None:
         forger.put(tree, key, Outcome(stages, None, "", 600))
 
 
+@pytest.mark.slow
 def test_notes_others_wrote_are_claims_and_run_again(demo: Demo) -> None:
     args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL)
     assert cli(*args, cwd=demo.path).code == 3
@@ -256,6 +265,7 @@ def test_notes_others_wrote_are_claims_and_run_again(demo: Demo) -> None:
     assert "trusted (--trust-notes), not run" in trusted.out
 
 
+@pytest.mark.slow
 def test_another_users_results_are_claims_to_them(demo: Demo, tmp_path: Path) -> None:
     args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL, "--json")
     assert cli(*args, cwd=demo.path).code == 3
@@ -280,6 +290,7 @@ def test_a_corrupted_notes_ref_is_an_error_that_says_how_to_clear_it(demo: Demo)
     assert demo.git("branch", "--list", "feature-clean") == ""  # nothing was written
 
 
+@pytest.mark.slow
 def test_skip_is_honoured_by_verify(demo: Demo) -> None:
     args = ("verify", "main..feature", "--spec", str(demo.spec), *LOCAL, "--json")
     skipped = cli(*args, "--skip", "test", cwd=demo.path)

@@ -9,6 +9,8 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.verify.cache import Outcome, Stage
 from retcon_sandbox.verify.ci import (
     escape_data,
@@ -97,6 +99,7 @@ def test_junit_xml_parses_back_and_escapes_what_xml_cannot_hold() -> None:
 # --- end to end ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_junit_has_one_case_per_commit_and_the_failing_tail(demo: Demo, tmp_path: Path) -> None:
     subject = hostile_commit(demo)
     report = tmp_path / "junit.xml"
@@ -116,6 +119,7 @@ def test_junit_has_one_case_per_commit_and_the_failing_tail(demo: Demo, tmp_path
     assert "::add-mask::secret" in failure.text and "\\e]52;c;eA==\\x07" in failure.text
 
 
+@pytest.mark.slow
 def test_github_format_annotates_failures_and_reads_no_command_from_the_output(
         demo: Demo) -> None:
     hostile_commit(demo)

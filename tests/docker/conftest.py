@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +37,41 @@ def ours(engine: DockerEngine, base: Path) -> list[str]:
     found = engine.client.containers.list(all=True, ignore_removed=True,
                                           filters={"label": LABEL_RUN})
     return [str(c.id) for c in found if c.labels.get(LABEL_SPEC, "").startswith(str(base))]
+
+
+def commit_sandbox(engine: DockerEngine, base: Path, proc: subprocess.Popen[str]) -> str:
+    """The one commit sandbox of the run `proc` whose spec is under `base` (not the short-lived
+    preflight one, which checks the commands before anything is written and is gone a moment
+    later), once it exists."""
+    def commit_boxes() -> list[str]:
+        found = engine.client.containers.list(all=True, ignore_removed=True,
+                                              filters={"label": LABEL_RUN})
+        mine = set(ours(engine, base))
+        return [str(c.id) for c in found if str(c.id) in mine
+                and c.labels.get("retcon-sandbox.step") != "preflight"]
+    deadline = time.monotonic() + 120
+    while not commit_boxes() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    found = commit_boxes()
+    assert len(found) == 1
+    return found[0]
+
+
+def wait_for_process(engine: DockerEngine, container_id: str, command: str,
+                     proc: subprocess.Popen[str]) -> None:
+    """Until `command` runs in the container (the run `proc` is inside that step by then)."""
+    def running() -> bool:
+        try:
+            top = engine.client.containers.get(container_id).top()
+        except Exception:  # not started yet, or already gone: proc.poll() tells which
+            return False
+        return any(command in " ".join(row) for row in top.get("Processes") or [])
+    deadline = time.monotonic() + 120
+    while not running() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    assert running(), f"{command!r} never ran in the sandbox"
 
 
 @pytest.fixture(autouse=True)

@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from retcon_sandbox.backends.docker.engine import LABEL_RUN, DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, make_demo
-from tests.docker.conftest import ours
+from tests.docker.conftest import commit_sandbox, ours
 
 SLOW = demo_project.spec_text(True).replace('test = "python3 -m pytest -q -p no:cacheprovider"',
                                             'test = "sleep 300"')
@@ -26,24 +25,6 @@ def start(demo: Demo) -> subprocess.Popen[str]:
                              "--no-base-check"], cwd=NEUTRAL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-
-
-def containers_of(engine: DockerEngine, directory: Path, proc: subprocess.Popen[str]) -> list[str]:
-    """The run's commit sandbox (not the short-lived preflight one, which checks the commands
-    before anything is written and is gone a moment later)."""
-    def commit_boxes() -> list[str]:
-        found = engine.client.containers.list(all=True, ignore_removed=True,
-                                              filters={"label": LABEL_RUN})
-        mine = set(ours(engine, directory))
-        return [str(c.id) for c in found if str(c.id) in mine
-                and c.labels.get("retcon-sandbox.step") != "preflight"]
-    deadline = time.monotonic() + 120
-    while not commit_boxes() and time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    found = commit_boxes()
-    assert len(found) == 1
-    return found
 
 
 def dead_pid() -> str:
@@ -60,8 +41,8 @@ def test_clean_keeps_a_live_run_and_removes_a_dead_one(engine: DockerEngine,
     running = start(live)
     killed = start(dead)
     try:
-        live_box = containers_of(engine, tmp_path / "live", running)
-        dead_box = containers_of(engine, tmp_path / "dead", killed)
+        live_box = [commit_sandbox(engine, tmp_path / "live", running)]
+        dead_box = [commit_sandbox(engine, tmp_path / "dead", killed)]
         os.killpg(killed.pid, signal.SIGKILL)  # kill -9: nothing cleans up
         killed.wait()
         assert ours(engine, tmp_path / "dead") == dead_box
@@ -89,7 +70,7 @@ def test_clean_all_removes_live_and_dead_runs(engine: DockerEngine, tmp_path: Pa
     dead = make_demo(tmp_path / "dead", with_paths=True, spec_text=SLOW)
     running = start(live)
     try:
-        box = engine.client.containers.get(containers_of(engine, tmp_path / "live", running)[0])
+        box = engine.client.containers.get(commit_sandbox(engine, tmp_path / "live", running))
         labels = {**box.labels, "retcon-sandbox.spec": str(dead.spec),
                   "retcon-sandbox.pid": dead_pid()}  # what a killed run leaves behind
         engine.client.containers.create(str(box.attrs["Image"]), ["sleep", "infinity"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
-from tests.docker.conftest import leftover, ours
+from tests.docker.conftest import commit_sandbox, leftover, ours, wait_for_process
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction
 
@@ -71,10 +70,8 @@ def test_sigterm_mid_run_removes_the_container(engine: DockerEngine, tmp_path: P
     proc = subprocess.Popen([*CLI, "execute", str(demo.spec), *DOCKER, "--no-base-check"],
                             cwd=NEUTRAL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not ours(engine, tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.5)  # inside the test command by now
+    # the commit's own sandbox, inside its test command (not the short-lived preflight one)
+    wait_for_process(engine, commit_sandbox(engine, tmp_path, proc), "sleep 120", proc)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -72,6 +72,7 @@ UNUSABLE: list[tuple[str, Step | None, str, str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "preflight", "message", "hint"), UNUSABLE,
                          ids=[u[0] for u in UNUSABLE])
 def test_an_unusable_model_is_an_error_before_anything_is_written(
@@ -97,6 +98,7 @@ def test_an_unusable_model_is_an_error_before_anything_is_written(
     untouched(demo, before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("retried", ["refused", "timeout", "proxy error page"])
 def test_retries_are_announced(tmp_path: Path, retried: str) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
@@ -136,6 +138,7 @@ MID_RUN: list[tuple[str, Step, str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fault", "message"), MID_RUN, ids=[m[0] for m in MID_RUN])
 def test_a_model_failing_mid_run_is_an_error_and_never_stuck(tmp_path: Path, name: str,
                                                              fault: Step, message: str) -> None:
@@ -153,6 +156,7 @@ def test_a_model_failing_mid_run_is_an_error_and_never_stuck(tmp_path: Path, nam
     assert "stuck" not in text and text.count('"started"') == 1  # the run resumes from here
 
 
+@pytest.mark.slow
 def test_only_report_stuck_makes_a_commit_stuck(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI([[call("report_stuck", summary="the hints contradict the diff")]]) as model:
@@ -263,6 +267,7 @@ def test_a_closed_stdout_is_no_traceback(demo: Demo, args: tuple[str, ...]) -> N
     assert proc.returncode == 1 and proc.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_run_whose_stdout_closes_stops_quietly_and_resumes(demo: Demo) -> None:
     before = demo.spec.read_bytes()
     proc = closed_stdout("execute", str(demo.spec), *LOCAL, "--json")

@@ -85,6 +85,7 @@ def test_retry_after_as_seconds_an_http_date_or_milliseconds() -> None:
     assert retry_after(ValueError("no response")) is None
 
 
+@pytest.mark.slow
 def test_a_server_without_tool_calling_fails_in_the_preflight(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     before = demo.spec.read_bytes()
@@ -98,6 +99,7 @@ def test_a_server_without_tool_calling_fails_in_the_preflight(tmp_path: Path) ->
     assert "feature-clean" not in demo.git("branch", "--list")
 
 
+@pytest.mark.slow
 def test_an_ollama_endpoint_gets_a_warning_about_its_context(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True)
     with FakeOpenAI([]) as model:

@@ -21,6 +21,7 @@ def with_table(tmp_path: Path, table: str) -> Demo:
     return demo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("options", "expected"), [
     ((), {"model": "fake-model", "temperature": 0.2, "max_tokens": 900, "seed": 7}),
     (("--temperature", "0", "--seed", "3", "--max-tokens", "4000", "--model", "other"),
@@ -37,6 +38,7 @@ def test_the_spec_names_the_model_and_the_command_line_wins(
     assert sent and all({key: body.get(key) for key in expected} == expected for body in sent)
 
 
+@pytest.mark.slow
 def test_without_settings_nothing_is_sent(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(reconstruction()) as model:

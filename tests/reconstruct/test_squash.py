@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo import demo as demo_project
 from tests.commands.test_execute import assert_every_commit_passes, subjects
 from tests.conftest import cli, llm_env, make_demo
@@ -22,6 +24,7 @@ PYTEST = "python3 -m pytest -q -p no:cacheprovider"
 PICKY = PYTEST + " && ! { test -f tests/test_validation.py && test ! -f shop/discounts.py; }"
 
 
+@pytest.mark.slow
 def test_squashed_trees_are_verified_before_the_branch_moves(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(with_gaps(ASSIGN)) as model:
@@ -43,6 +46,7 @@ def test_squashed_trees_are_verified_before_the_branch_moves(tmp_path: Path) -> 
     assert_every_commit_passes(demo, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_squashed_tree_that_fails_leaves_the_branch_unsquashed(tmp_path: Path) -> None:
     text = demo_project.spec_text(False).replace(f'test = "{PYTEST}"', f"test = '{PICKY}'")
     demo = make_demo(tmp_path / "repo", with_paths=False, spec_text=text)

@@ -11,6 +11,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.repo.provenance import PREFIX
 from tests.commands.test_execute import subjects
@@ -86,6 +88,7 @@ def test_recorded_commits_off_the_branch_stop_the_run_before_anything(tmp_path: 
     assert demo.spec.read_text() == text
 
 
+@pytest.mark.slow
 def test_an_adopted_branch_of_untested_commits_is_verified_before_squash_keeps_it(
         tmp_path: Path) -> None:
     """The forged chain is on the cleaned branch, one commit per entry, each `complete`: a
@@ -112,6 +115,7 @@ def test_an_adopted_branch_of_untested_commits_is_verified_before_squash_keeps_i
     assert demo.git("rev-parse", "feature-clean") == shas[-1]
 
 
+@pytest.mark.slow
 def test_trees_the_squash_makes_from_complete_entries_are_verified(tmp_path: Path) -> None:
     """A forged history with a fixup: the squash folds it, and the folded trees, which the spec
     says passed (`complete`), are built and tested before the branch could move."""
@@ -133,6 +137,7 @@ def test_trees_the_squash_makes_from_complete_entries_are_verified(tmp_path: Pat
     assert demo.git("rev-parse", "feature-clean") == rest[-1]
 
 
+@pytest.mark.slow
 def test_recorded_commits_out_of_order_or_elsewhere_are_refused(demo: Demo) -> None:
     assert cli("execute", str(demo.spec), *LOCAL).code == 0
     made = demo.git("rev-list", "--reverse", "main..feature-clean").splitlines()
@@ -153,6 +158,7 @@ def test_recorded_commits_out_of_order_or_elsewhere_are_refused(demo: Demo) -> N
     assert cli("execute", str(demo.spec), *LOCAL).code == 0
 
 
+@pytest.mark.slow
 def test_a_squashed_branch_is_rerun_as_it_is(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(reconstruction()) as model:
@@ -166,6 +172,7 @@ def test_a_squashed_branch_is_rerun_as_it_is(tmp_path: Path) -> None:
         assert demo.git("rev-parse", "feature-clean") == squashed
 
 
+@pytest.mark.slow
 def test_a_squash_wip_rerun_after_a_complete_run_needs_no_model(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(reconstruction()) as model:
@@ -179,6 +186,7 @@ def test_a_squash_wip_rerun_after_a_complete_run_needs_no_model(tmp_path: Path) 
     assert subjects(demo) == [c[0].splitlines()[0] for c in demo_project.COMMITS]
 
 
+@pytest.mark.slow
 def test_an_existing_branch_is_not_adopted_silently(tmp_path: Path) -> None:
     text = demo_project.spec_text(True).replace('cleaned = "feature-clean"', 'cleaned = "release"')
     demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=text)
@@ -199,6 +207,7 @@ def test_an_existing_branch_is_not_adopted_silently(tmp_path: Path) -> None:
     assert cli("execute", str(demo.spec), *LOCAL, "--adopt-branch").code == 0
 
 
+@pytest.mark.slow
 def test_the_branch_a_killed_run_created_is_ours(demo: Demo) -> None:
     """A run killed right after creating the branch (the reflog entry it writes) left it at the
     merge-base with an empty history: that one is taken up without a flag."""
@@ -213,6 +222,7 @@ def test_the_branch_a_killed_run_created_is_ours(demo: Demo) -> None:
     assert cli("execute", str(demo.spec), *LOCAL).code == 1
 
 
+@pytest.mark.slow
 def test_your_commits_on_a_stuck_branch_are_kept(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     first, second = stuck_then_fixed()
@@ -256,6 +266,7 @@ def stopped_despite_a_prewritten_response(tmp_path: Path, *sandbox: str) -> Demo
     return demo
 
 
+@pytest.mark.slow
 def test_a_prewritten_response_does_not_release_a_provenance_stop(tmp_path: Path) -> None:
     demo = stopped_despite_a_prewritten_response(tmp_path, *LOCAL)
 
@@ -271,6 +282,7 @@ def test_a_prewritten_response_does_not_release_a_provenance_stop(tmp_path: Path
     assert f'stuck = "{PREFIX}' in commits[2] and "shop/discounts.py" in commits[2]
 
 
+@pytest.mark.slow
 def test_accept_provenance_releases_only_a_stop_already_made(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(injected()[:5]) as model:
@@ -289,6 +301,7 @@ def test_accept_provenance_releases_only_a_stop_already_made(tmp_path: Path) -> 
     assert f'stuck = "{PREFIX}' in commits[2] and "resolved" not in commits[2]
 
 
+@pytest.mark.slow
 def test_a_resolved_before_a_new_commit_does_not_release_its_stop(tmp_path: Path) -> None:
     """A human released a stop; a fix made afterwards is new content: it stops again."""
     demo = make_demo(tmp_path / "repo", with_paths=False)
@@ -308,6 +321,7 @@ def test_a_resolved_before_a_new_commit_does_not_release_its_stop(tmp_path: Path
     assert demo.spec.read_text().split("\n[[commit]]\n")[1].count(f'stuck = "{PREFIX}') == 2
 
 
+@pytest.mark.slow
 def test_a_fix_of_the_final_commit_is_a_fixup_of_that_commit(tmp_path: Path) -> None:
     """`git rebase --autosquash` folds a fixup into the commit its subject names: a fix of the
     `Remaining changes` commit names that commit, not the spec's last entry."""
@@ -325,6 +339,7 @@ def test_a_fix_of_the_final_commit_is_a_fixup_of_that_commit(tmp_path: Path) -> 
                                    "fixup! Remaining changes from feature"]
 
 
+@pytest.mark.slow
 def test_a_model_cannot_write_a_stop_that_a_resolved_would_release(tmp_path: Path) -> None:
     """Only the --strict-provenance gate writes a `Provenance:` stop: the model's own
     report_stuck with that prefix is marked as the model's, so resolving it releases nothing."""

@@ -90,6 +90,7 @@ ODD = {
 }
 
 
+@pytest.mark.slow
 def test_odd_names_reconstruct_exactly(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {b"README": (FILE, b"r\n")}, {b"README": (FILE, b"r\n"), **ODD},
                      first='["plain.txt", "new*"]')
@@ -102,6 +103,7 @@ def test_odd_names_reconstruct_exactly(tmp_path: Path) -> None:
     assert "Taking paths from source: new\\nline.txt, plain.txt\n" in result.out
 
 
+@pytest.mark.slow
 def test_odd_names_in_json_events_are_exact_json(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {b"README": (FILE, b"r\n")}, {b"README": (FILE, b"r\n"), **ODD},
                      first='["latin1-*", "new*"]')
@@ -113,6 +115,7 @@ def test_odd_names_in_json_events_are_exact_json(tmp_path: Path) -> None:
     assert listing(repo, "feature-clean") == listing(repo, "feature")
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_utf8_goes_to_the_model_and_back(tmp_path: Path) -> None:
     """The model sees such a name with `\\xNN` (git's `\\NNN` in diffs) and its tools take
     either spelling back to the exact bytes."""
@@ -134,6 +137,7 @@ def test_a_name_that_is_not_utf8_goes_to_the_model_and_back(tmp_path: Path) -> N
     assert listing(repo, "feature-clean") == listing(repo, "feature")
 
 
+@pytest.mark.slow
 def test_symlinks_changed_and_deleted_by_paths_commits(tmp_path: Path) -> None:
     base = {b"link": ("120000", b"target-a"), b"gone": ("120000", b"target-b"),
             b"target-a": (FILE, b"a\n")}
@@ -146,6 +150,7 @@ def test_symlinks_changed_and_deleted_by_paths_commits(tmp_path: Path) -> None:
     assert run_git(repo, "cat-file", "-p", "feature-clean~1:link") == b"elsewhere"
 
 
+@pytest.mark.slow
 def test_a_path_a_thousand_directories_deep(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {b"README": (FILE, b"r\n")},
                      {b"README": (FILE, b"r\n"), b"other.txt": (FILE, b"o\n")}, first='["d"]')

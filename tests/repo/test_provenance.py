@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.repo.provenance import (
@@ -146,6 +148,7 @@ def injected() -> list[Step]:
     return script
 
 
+@pytest.mark.slow
 def test_a_planted_file_is_reported_though_the_trees_match(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(injected()) as model:
@@ -159,6 +162,7 @@ def test_a_planted_file_is_reported_though_the_trees_match(tmp_path: Path) -> No
     assert PWN not in origins.get(4, {"novel": []})["novel"]  # a deletion back to the base
 
 
+@pytest.mark.slow
 def test_the_human_summary_marks_it(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(injected()) as model:
@@ -169,6 +173,7 @@ def test_the_human_summary_marks_it(tmp_path: Path) -> None:
     assert "check them before you push" in result.out
 
 
+@pytest.mark.slow
 def test_strict_provenance_stops_until_resolved(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(injected()[:5]) as model:
@@ -192,6 +197,7 @@ def partly_applied() -> list[Step]:
     return script
 
 
+@pytest.mark.slow
 def test_a_partly_applied_file_is_not_flagged(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     with FakeOpenAI(partly_applied()) as model:
@@ -208,6 +214,7 @@ def test_a_partly_applied_file_is_not_flagged(tmp_path: Path) -> None:
                                        "why": ""}]
 
 
+@pytest.mark.slow
 def test_an_invented_line_in_a_source_file_is_reported(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     script = partly_applied()

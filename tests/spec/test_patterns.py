@@ -104,6 +104,7 @@ def spec_with(paths: dict[int, str]) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_a_reconstruction_with_patterns(tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=spec_with(PATTERN_SPEC))
     result = cli("execute", str(demo.spec), "--sandbox", "local", "--non-interactive")

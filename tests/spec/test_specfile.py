@@ -24,6 +24,7 @@ def reconstructed(demo: Demo) -> bool:
 # --- where the spec is, where the repository is -------------------------------------------
 
 
+@pytest.mark.slow
 def test_run_inside_the_repository_with_the_spec_outside_it(demo: Demo, tmp_path: Path) -> None:
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
@@ -38,6 +39,7 @@ def test_run_inside_the_repository_with_the_spec_outside_it(demo: Demo, tmp_path
     assert status.code == 0 and "4/4 complete" in status.out
 
 
+@pytest.mark.slow
 def test_repo_option_chooses_the_repository(demo: Demo, tmp_path: Path) -> None:
     outside = demo.spec.rename(tmp_path / "spec.toml")
     lost = cli("execute", str(outside), *LOCAL)  # from a directory outside any repository
@@ -48,6 +50,7 @@ def test_repo_option_chooses_the_repository(demo: Demo, tmp_path: Path) -> None:
     assert reconstructed(demo)
 
 
+@pytest.mark.slow
 def test_the_repository_of_the_current_directory_wins_over_the_specs(tmp_path: Path) -> None:
     one = make_demo(tmp_path / "one", with_paths=True)
     two = make_demo(tmp_path / "two", with_paths=True)
@@ -56,6 +59,7 @@ def test_the_repository_of_the_current_directory_wins_over_the_specs(tmp_path: P
     assert reconstructed(two) and "feature-clean" not in one.git("branch", "--list")
 
 
+@pytest.mark.slow
 def test_a_symlinked_spec_writes_the_target_and_stays_a_link(demo: Demo, tmp_path: Path) -> None:
     link = tmp_path / "link-to-spec.toml"
     link.symlink_to(demo.spec)
@@ -67,6 +71,7 @@ def test_a_symlinked_spec_writes_the_target_and_stays_a_link(demo: Demo, tmp_pat
     assert reconstructed(demo)
 
 
+@pytest.mark.slow
 def test_a_relative_symlink_in_another_directory(demo: Demo, tmp_path: Path) -> None:
     ci = tmp_path / "ci"
     ci.mkdir()
@@ -124,6 +129,7 @@ def test_every_save_keeps_line_endings_and_the_bom(tmp_path: Path, tail: str, bo
     assert load(path).commits[0].history[-3:] == tuple(entries[-3:])
 
 
+@pytest.mark.slow
 def test_a_whole_run_keeps_crlf_and_the_bom(tmp_path: Path) -> None:
     """Two identical repositories, one spec with LF, one with CRLF and a BOM: after the whole
     reconstruction the two files differ only by those bytes."""
