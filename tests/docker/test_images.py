@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
 import pytest
 from testcontainers.core.container import DockerContainer
 
@@ -28,3 +32,31 @@ def test_the_crash_log_names_the_engine_version(engine: DockerEngine) -> None:
     info = engine.client.version()
     assert engine_version() == (f"{info['Version']} (API {info['ApiVersion']}, {info['Os']}/"
                                 f"{info['Arch']})")
+
+
+def test_a_second_build_of_an_image_waits_for_the_first(engine: DockerEngine, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes (or two test workers) on a fresh machine build an image once: the second
+    waits for the first's lock, then finds the image there."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    tag = images.default_image()
+    said: list[str] = []
+    order: list[str] = []
+    entered = threading.Event()
+
+    def second() -> None:
+        entered.wait(30)
+        with images.building(engine, tag, said.append):
+            order.append("second")
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    with images.building(engine, tag, said.append):
+        entered.set()
+        while not said and waiter.is_alive():
+            time.sleep(0.05)
+        order.append("first")
+    waiter.join(30)
+    assert order == ["first", "second"]
+    assert said == [f"Waiting for another process building {tag}..."]
+    assert list((tmp_path / "retcon-sandbox" / "locks").iterdir())

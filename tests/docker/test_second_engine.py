@@ -59,7 +59,8 @@ def own_bridge() -> Iterator[str]:
     assert ip is not None, "iproute2's `ip` makes the second daemon's bridge"
     subprocess.run([ip, "link", "add", name, "type", "bridge"], check=True)
     try:
-        subprocess.run([ip, "addr", "add", "10.254.254.1/24", "dev", name], check=True)
+        subnet = os.getpid() % 250 + 1  # test workers side by side: bridges of their own
+        subprocess.run([ip, "addr", "add", f"10.254.{subnet}.1/24", "dev", name], check=True)
         subprocess.run([ip, "link", "set", name, "up"], check=True)
         yield name
     finally:

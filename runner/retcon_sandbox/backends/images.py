@@ -13,6 +13,7 @@ loaded with `docker import`, and passed to the same Dockerfiles as BASE.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import os
@@ -30,7 +31,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.errors import ImageError
+from retcon_sandbox.errors import ImageError, log_dir
 from retcon_sandbox.resources import dockerfiles
 
 ENV_NAME = "env"  # prepared environments are tagged <prefix>/env:<key>
@@ -180,9 +181,12 @@ def ensure(engine: DockerEngine, tag: str, progress: Progress, allow_pull: bool 
         return tag
     definition = by_tag(tag)
     if definition is not None:
-        progress(f"Image {tag} is not built yet: building it (first use only)...")
-        with heartbeat(progress, f"building {tag}") as say:
-            return build(engine, definition.name, say)
+        with building(engine, tag, progress):
+            if engine.has_image(tag):  # another process built it while this one waited
+                return tag
+            progress(f"Image {tag} is not built yet: building it (first use only)...")
+            with heartbeat(progress, f"building {tag}") as say:
+                return build(engine, definition.name, say)
     if allow_pull and engine.try_pull(tag):
         return tag
     raise ImageError(f"image {tag} is not available" + ("" if allow_pull else
@@ -190,6 +194,28 @@ def ensure(engine: DockerEngine, tag: str, progress: Progress, allow_pull: bool 
                      "Build or load it (`docker build`, `docker load`), give --allow-pull to "
                      "let retcon-sandbox pull it, or use ours: "
                      + ", ".join(d.repository for d in CATALOG.values()))
+
+
+@contextlib.contextmanager
+def building(engine: DockerEngine, tag: str, progress: Progress) -> Iterator[None]:
+    """One build of `tag` for an engine at a time on this machine (two runs, or two test
+    workers, starting at once on a fresh machine): a lock file in the state folder; the second
+    waits for the first, then finds the image. Where no lock file can be made, no lock."""
+    name = hashlib.sha256(f"{engine.endpoint.host}\0{tag}".encode()).hexdigest()[:16]
+    path = log_dir() / "locks" / f"image-{name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handle = path.open("a+b")
+    except OSError:
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"Waiting for another process building {tag}...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def build(engine: DockerEngine, name: str, progress: Progress) -> str:
