@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from retcon_sandbox.archive import TarStream
+from retcon_sandbox.backends.copyout import ExportReader, OutFile, Sink
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.protocol import (
     DeleteRequest,
     DeleteResponse,
+    ExportRequest,
+    ExportResponse,
     ExtractRequest,
     ExtractResponse,
     HelloRequest,
@@ -142,6 +145,10 @@ class Transport(Protocol):
     def send(self, data: bytes) -> None: ...
     def readline(self) -> bytes:
         """One line (newline included); b"" at end of stream. Longer than LINE_CAP: SandboxError."""
+        ...
+
+    def read(self, n: int) -> bytes:
+        """Exactly `n` bytes (fewer only at end of stream): copy-out's frames."""
         ...
 
     def close(self) -> None: ...
@@ -279,6 +286,27 @@ class HelperSandbox:
                       seconds=timeout + COMMAND_MARGIN_S)
         return CommandResult(command, r.exit_code, r.timed_out, r.output, r.total_bytes,
                              r.truncated, r.seconds)
+
+    def export(self, sink: Sink, max_size: int, paths: list[str] | None = None
+               ) -> Iterator[OutFile]:
+        """Copy-out: the workspace's files (or those at or under `paths`), each handed to
+        `sink` as its bytes stream in, then yielded with the object id the sink gave. The
+        stream is checked as it is read (see copyout.py); a departure is a SandboxError."""
+        answer = self.call(ExportRequest(max_size, paths), ExportResponse, seconds=LOAD_S)
+        reader = ExportReader(self._transport.read, answer.files, max_size, sink)
+        self._transport.set_deadline(time.monotonic() + LOAD_S)
+        try:
+            yield from reader.files()
+        except DeadlineExceeded:
+            raise DeadlineExceeded(f"the sandbox did not finish copying out within {LOAD_S:.0f}"
+                                   " s, so it was removed", "Rerun to resume; if it happens "
+                                   "again, check what the build leaves in the workspace."
+                                   ) from None
+        except OSError as exc:
+            raise SandboxError(f"the sandbox helper was lost: {exc}",
+                               self._transport.describe_failure()) from None
+        finally:
+            self._transport.set_deadline(None)
 
     def close(self) -> None:
         self._transport.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from retcon_sandbox.backends.api import Sandbox, ToolFailure
+from retcon_sandbox.backends.api import HelperSandbox, Sandbox, ToolFailure
 from retcon_sandbox.paths import PathRefused, repo_path
 from retcon_sandbox.repo.gitrepo import FileChange, Repo, TreeEntry
 from retcon_sandbox.text import restore_undecodable
@@ -21,6 +21,21 @@ DIFF_CAP = 200_000
 
 Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
 EnvironmentKey = Callable[[str], str | None]  # the prepared environment a tree needs
+
+
+def copy_out(box: HelperSandbox, repo: Repo, max_file_size: int,
+             paths: list[str] | None = None) -> dict[str, TreeEntry]:
+    """The sandbox's files (or those at or under `paths`) as git blobs, streamed in one batch
+    and checked as they come (backends/copyout.py): nothing is unpacked on the host. Never used
+    for a commit: commits come from the host's record."""
+    with repo.blob_batch() as batch:
+        return {out.path: TreeEntry(out.mode, out.sha)
+                for out in box.export(batch.write, max_file_size, paths)}
+
+
+def sandbox_tree(box: HelperSandbox, repo: Repo, max_file_size: int) -> str:
+    """The sandbox's whole workspace (but `.git`) as a git tree, from `copy_out`."""
+    return repo.tree_from_entries(copy_out(box, repo, max_file_size))
 
 
 class WorkState:

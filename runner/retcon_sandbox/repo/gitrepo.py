@@ -7,9 +7,13 @@ user's working tree, index or HEAD: trees are built on a temporary index, commit
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import io
 import os
 import re
+import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -40,6 +44,11 @@ NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
                # and a large blob is treated as binary by diffs, never loaded whole
                "-c", "core.bigFileThreshold=32m")
+# fast-import runs no hook, signing program or fsmonitor (it writes objects, never a commit here,
+# never the index or the working tree), and with four or more distinct `-c` settings git 2.47's
+# fast-import spends five times the CPU (0.25 s against 0.05 s for 5,000 small blobs): so only
+# these.
+FAST_IMPORT = ("-c", "core.hooksPath=/dev/null", "-c", "core.bigFileThreshold=32m")
 # ...and no external diff or textconv drivers.
 SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
 
@@ -281,6 +290,43 @@ class Repo:
     def write_blob(self, data: bytes) -> str:
         stream = self._repo.odb.store(IStream(b"blob", len(data), io.BytesIO(data)))
         return str(stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha)
+
+    @contextlib.contextmanager
+    def blob_batch(self) -> Iterator[BlobBatch]:
+        """Blobs written in one batch by one `git fast-import` (one process, one pack, a
+        large blob streamed, never held whole). Their ids are known at once; the objects are
+        readable once the block exits."""
+        try:
+            algorithm = self._git("rev-parse", "--show-object-format") or "sha1"
+            proc = self._repo.git.execute(
+                ["git", *FAST_IMPORT, "fast-import", "--quiet", "--depth=0",
+                 "--big-file-threshold=32m"],
+                as_process=True, istream=subprocess.PIPE, env=dict(os.environ))
+        except (git.exc.GitError, OSError) as exc:
+            raise GitError(f"cannot start git fast-import: {exc}") from None
+        if proc.proc is None:
+            raise GitError("cannot start git fast-import")
+        batch = BlobBatch(proc.proc, algorithm)
+        try:
+            yield batch
+        finally:
+            batch.finish()
+
+    def tree_from_entries(self, entries: dict[str, TreeEntry]) -> str:
+        """A tree holding exactly `entries` (blobs already written), through a temporary index;
+        checked against them afterwards."""
+        for path in entries:
+            refuse_dotgit(path)
+        records = [_index_record(path, entry) for path, entry in sorted(entries.items())]
+        with tempfile.TemporaryDirectory(prefix="retcon-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self._git("read-tree", "--empty", env=env)
+            self._git("update-index", "-z", "--index-info", stdin=b"".join(records), env=env)
+            tree = self._git("write-tree", env=env)
+        if self.ls_tree(tree) != entries:
+            raise GitError("the tree git wrote is not the one asked for",
+                           "Nothing was used. Report this: a name may be one git rewrites.")
+        return tree
 
     def make_tree(self, base_tree: str, changes: list[FileChange]) -> str:
         """Base tree plus changes, through a temporary index; the user's index is never used.
@@ -608,6 +654,66 @@ class Repo:
         out = self._git("log", f"-n{count}", "--no-merges", "--format=%s", "--end-of-options",
                         rev)
         return [line for line in out.splitlines() if line]
+
+
+class BlobBatch:
+    """A running `git fast-import` fed blobs (`write`), each as `data <size>` and its bytes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], algorithm: str) -> None:
+        self._proc = proc
+        self._algorithm = algorithm
+        assert proc.stdin is not None
+        self._stdin = proc.stdin
+        self._pending = bytearray()  # small blobs gathered into large writes: few hand-offs
+        with contextlib.suppress(OSError, AttributeError):  # a 1 MiB pipe where Linux allows
+            fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, TAR_BLOCK)
+
+    def write(self, size: int, chunks: Iterator[bytes]) -> str:
+        """One blob of exactly `size` bytes from `chunks`, hashed as it passes; the object id.
+        Should the chunks fail midway, the blob is completed with zeros first, so fast-import
+        still sees a well-formed stream (and leaves no crash report); the error goes on."""
+        digest = hashlib.new(self._algorithm, b"blob %d\0" % size)
+        left = size
+        try:
+            self._send(b"blob\ndata %d\n" % size)
+            for chunk in chunks:
+                if len(chunk) > left:
+                    raise GitError("a blob's stream is longer than its size")
+                digest.update(chunk)
+                self._send(chunk)
+                left -= len(chunk)
+            if left:
+                raise GitError(f"a blob's stream ended {left} bytes short")
+        finally:
+            while left > 0:
+                pad = min(left, TAR_BLOCK)
+                self._send(b"\0" * pad)
+                left -= pad
+            self._send(b"\n")
+        return digest.hexdigest()
+
+    def _send(self, data: bytes) -> None:
+        self._pending += data
+        if len(self._pending) >= TAR_BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        try:
+            self._stdin.write(self._pending)
+        except OSError as exc:
+            raise GitError(f"git fast-import stopped: {exc}") from None
+        self._pending.clear()
+
+    def finish(self) -> None:
+        with contextlib.suppress(GitError):
+            self._flush()
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        code = self._proc.wait()
+        err = self._proc.stderr.read() if self._proc.stderr else b""
+        if code:
+            raise GitError("git fast-import failed: "
+                           + err.decode("utf-8", "replace").strip()[-500:])
 
 
 def _index_record(path: str, entry: TreeEntry | None) -> bytes:
