@@ -539,7 +539,9 @@ class Helper:
                                 text=f"{req.path} is a binary file ({size} bytes); not shown")
         return ReadResponse(binary=False, size=size, **page)
 
-    def op_write(self, req: WriteRequest, payload: bytes) -> WriteResponse:
+    def op_write(self, req: WriteRequest, payload: bytes | Chunks) -> WriteResponse:
+        if isinstance(payload, Chunks):  # a blob the host streams rather than holds
+            payload = payload.readall()
         path = self.ws.for_write(req.path, exact=req.exact)
         if os.path.isdir(path):
             raise ToolError(f"{req.path} is a directory")

@@ -15,8 +15,8 @@ import pytest
 from retcon_sandbox.backends.api import HelperSandbox, ToolFailure
 from retcon_sandbox.backends.copyout import FRAME_MAX, ExportReader
 from retcon_sandbox.backends.local import LocalBackend
-from retcon_sandbox.backends.workspace import copy_out, sandbox_tree
-from retcon_sandbox.errors import SandboxError
+from retcon_sandbox.backends.workspace import WorkState, copy_out, sandbox_tree
+from retcon_sandbox.errors import GitError, SandboxError
 from retcon_sandbox.protocol import (
     EXPORT_DATA,
     EXPORT_ERROR,
@@ -219,3 +219,20 @@ def test_copy_in_then_copy_out_is_the_same_tree(box: HelperSandbox, repo: Repo) 
 def test_the_wire_of_a_stream() -> None:
     assert export_header("100755", 3, b"a") == b"\0\0\0\x10H100755\0\0\0\0\0\0\0\x03a"
     assert export_frame(EXPORT_DATA, b"xyz") == b"\0\0\0\x04Dxyz"
+
+
+def test_a_blob_put_into_an_open_sandbox_streams_and_comes_back_whole(box: HelperSandbox,
+                                                                      repo: Repo) -> None:
+    """`WorkState.put` sends a repository blob as frames (never held whole on the host)."""
+    data = bytes(range(256)) * 12_000  # 3 MB: three frames
+    repo.commit_files("main", {"README": "r\n"}, "init")
+    sha = repo.write_blob(data)
+    state = WorkState(repo, lambda _: box, repo.tree_of("main"), repo.resolve("main"), 4 * MAX)
+    assert state.box is box
+    state.put("bin/tool", TreeEntry("100755", sha))
+    assert copy_out(box, repo, 4 * MAX, ["bin"]) == {"bin/tool": TreeEntry("100755", sha)}
+    small = WorkState(repo, lambda _: box, repo.tree_of("main"), repo.resolve("main"), MAX)
+    assert small.box is box
+    with pytest.raises(GitError, match="over the largest file the host reads"):
+        small.put("again", TreeEntry("100644", sha))
+    assert "again" not in box.list_files()

@@ -159,9 +159,10 @@ class Sandbox(Protocol):
     def load_tree(self, tar: TarStream) -> int: ...
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult: ...
-    def write_file(self, path: str, data: bytes, mode: str | None = None,
+    def write_file(self, path: str, data: bytes | Iterator[bytes], mode: str | None = None,
                    exact: bool = False) -> WriteResult:
-        """`exact`: a name from the repository, carried as it is (the model's are checked)."""
+        """`exact`: a name from the repository, carried as it is (the model's are checked).
+        `data` as blocks: streamed, never held whole on the host."""
         ...
 
     def delete_file(self, path: str, exact: bool = False) -> str: ...
@@ -270,9 +271,12 @@ class HelperSandbox:
         r = self.call(ReadRequest(path, offset, limit), ReadResponse)
         return ReadResult(r.text, r.binary, r.lines, r.start, r.end, bool(r.more))
 
-    def write_file(self, path: str, data: bytes, mode: str | None = None,
+    def write_file(self, path: str, data: bytes | Iterator[bytes], mode: str | None = None,
                    exact: bool = False) -> WriteResult:
-        r = self.call(WriteRequest(path, mode, exact), WriteResponse, data)
+        if isinstance(data, bytes):
+            r = self.call(WriteRequest(path, mode, exact), WriteResponse, data)
+        else:  # a blob from the repository: length-prefixed frames, as a tree streams in
+            r = self.call(WriteRequest(path, mode, exact), WriteResponse, chunks=data)
         return WriteResult(r.status, r.summary, r.diff)
 
     def delete_file(self, path: str, exact: bool = False) -> str:

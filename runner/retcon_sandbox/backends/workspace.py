@@ -103,7 +103,7 @@ class WorkState:
             if entry is None:
                 self._box.delete_file(path, exact=True)
             else:
-                self._box.write_file(path, self.repo.blob(entry.sha, self.max_file_size),
+                self._box.write_file(path, self.repo.blob_chunks(entry.sha, self.max_file_size),
                                      entry.mode, exact=True)
         self._changes[path] = FileChange(path, entry)
 

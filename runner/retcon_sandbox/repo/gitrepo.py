@@ -260,6 +260,19 @@ class Repo:
             raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
         return data
 
+    def blob_chunks(self, sha: str, limit: int) -> Iterator[bytes]:
+        """A blob's content in blocks of TAR_BLOCK, read as they are consumed (never whole);
+        its size is checked against `limit` now, before anything is read."""
+        try:
+            size = self._repo.odb.info(bytes.fromhex(sha)).size
+        except (ValueError, git.exc.GitError) as exc:
+            raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
+        if size > limit:
+            raise GitError(f"object {sha[:12]} is {size} bytes, over the largest file the host "
+                           f"reads ({limit} bytes)",
+                           "Raise [sandbox] max_file_size if you trust this repository.")
+        return self._blob_blocks(sha)
+
     def first_parent_chain(self, base: str, tip: str) -> list[str] | None:
         """The commits from `base` (excluded) to `tip`, oldest first, following first parents
         only; None when that walk from `tip` does not pass through `base`."""
