@@ -10,7 +10,7 @@ largest git process it started, separately):
   command changes 100 files and writes a new large one, and the workspace comes back as a git
   tree (one streamed batch); against the same tree put into a plain container and taken back
   as a `docker cp` archive held in memory, the way the sandbox bench measures `docker cp`;
-- `verify main..feature -j 2 --no-cache` through the real command line, against `-j 1`.
+- `verify main..feature -j 2 --no-cache` through the command line's `main`, against `-j 1`.
 Nothing is asserted: these are figures to read.
 """
 
@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-CLI = (sys.executable, "-m", "retcon_sandbox")
 MIB = 1 << 20
 
 COPY = """
@@ -72,11 +71,17 @@ print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
       resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
-# The command line, run as a child: its own peak and its largest child's, as above.
+# The command line, in a process of its own: its own peak and its largest child's, as above.
 WRAP = """
-import resource, subprocess, sys
-code = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL).returncode
-print("PEAK", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 0)
+import resource, sys
+from retcon_sandbox.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.__stdout__)
 sys.exit(code)
 """
 
@@ -175,12 +180,11 @@ def main() -> None:
         row("copy-in + copy-out (ours vs docker cp archive)", ours, other)
         verify = ["verify", "main..feature", "--build", "test -s data/big0.bin", "--test", "true",
                   "--no-cache", "--memory", "3g"]
-        two = peak([sys.executable, "-c", WRAP, *CLI, *verify, "-j", "2"], repo)
-        one = peak([sys.executable, "-c", WRAP, *CLI, *verify, "-j", "1"], repo)
+        two = peak([sys.executable, "-c", WRAP, *verify, "-j", "2"], repo)
+        one = peak([sys.executable, "-c", WRAP, *verify, "-j", "1"], repo)
         row("verify main..feature (2 commits), -j 2 vs -j 1", two, one)
-        print("\n  Copy-out: the Python process's own peak, in brackets the largest process it "
-              "waited for (git).\n  verify: the largest of the command line and every process "
-              "it waited for (git),\n  as tests/docker/test_trust_sandbox.py measures it.\n")
+        print("\n  Each: the Python process's own peak RSS, in brackets the largest process it "
+              "started\n  and waited for (git), then the wall time.\n")
 
 
 if __name__ == "__main__":

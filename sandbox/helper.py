@@ -29,12 +29,16 @@ import stat
 import subprocess
 import sys
 import time
+import zlib
 from typing import IO, Any, Callable, Dict, Iterable, Iterator
 
 from retcon_sandbox.protocol import (  # replaced by that module's text when shipped
+    EXPORT_BLOCK,
     EXPORT_CHUNK,
     EXPORT_DATA,
     EXPORT_ERROR,
+    EXPORT_PACKED,
+    EXPORT_RAW,
     REQUESTS,
     DeleteRequest,
     DeleteResponse,
@@ -658,26 +662,44 @@ def export_list(ws: Workspace, paths: list[str] | None) -> list[tuple[str, str, 
 
 
 class Batched(io.RawIOBase):
-    """Writes gathered into blocks of EXPORT_CHUNK before they reach `out`: a few large writes
-    cross the container's stdout much faster than many small ones."""
+    """Copy-out's frames gathered into blocks of at most EXPORT_BLOCK bytes, each sent as one
+    write, compressed when that makes it smaller (see EXPORT_RAW in the protocol)."""
+
+    RAW_AFTER_MISS = 8  # blocks sent raw, without trying, after one that did not shrink
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self._buf = bytearray()
+        self._raw = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
+        if len(self._buf) + len(data) > EXPORT_BLOCK:
+            self.send()
         self._buf += data
-        if len(self._buf) >= EXPORT_CHUNK:
-            self.flush()
         return len(data)
 
+    def send(self) -> None:
+        if not self._buf:
+            return
+        block = bytes(self._buf)
+        self._buf.clear()
+        kind, body = EXPORT_RAW, block
+        if self._raw:
+            self._raw -= 1
+        else:
+            packed = zlib.compress(block, 1)
+            if len(packed) < len(block) * 9 // 10:
+                kind, body = EXPORT_PACKED, packed
+            else:
+                self._raw = self.RAW_AFTER_MISS
+        self._out.write((len(body) + 1).to_bytes(4, "big") + kind)
+        self._out.write(body)
+
     def flush(self) -> None:
-        if self._buf:
-            self._out.write(self._buf)
-            self._buf.clear()
+        self.send()
         self._out.flush()
 
 

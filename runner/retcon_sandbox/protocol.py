@@ -188,6 +188,13 @@ EXPORT_DATA = b"D"  # D, then up to EXPORT_CHUNK bytes of the current file
 EXPORT_ERROR = b"E"  # E, then a UTF-8 message
 EXPORT_CHUNK = 1 << 20
 EXPORT_MODES = ("100644", "100755", "120000")
+# The stream of frames itself travels in blocks, each a 4-byte big-endian length, a type and at
+# most EXPORT_BLOCK bytes of the stream: as they are (R), or compressed by zlib (Z), when that
+# makes them smaller. Fewer bytes through the container runtime's relay is what makes copy-out
+# fast; a block that does not shrink is sent raw, and a few blocks after it too.
+EXPORT_RAW = b"R"
+EXPORT_PACKED = b"Z"
+EXPORT_BLOCK = EXPORT_CHUNK + 64
 
 
 def export_header(mode: str, size: int, name: bytes) -> bytes:

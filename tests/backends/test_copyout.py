@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,12 @@ from retcon_sandbox.backends.local import LocalBackend
 from retcon_sandbox.backends.workspace import WorkState, copy_out, sandbox_tree
 from retcon_sandbox.errors import GitError, SandboxError
 from retcon_sandbox.protocol import (
+    EXPORT_BLOCK,
     EXPORT_DATA,
     EXPORT_ERROR,
     EXPORT_HEADER,
+    EXPORT_PACKED,
+    EXPORT_RAW,
     export_frame,
     export_header,
 )
@@ -101,9 +105,9 @@ class Streamed:
     """A transport whose 'helper' answers `export` with the given file count, then the given
     raw bytes: a stream as something in the sandbox could forge it."""
 
-    def __init__(self, files: int, raw: bytes) -> None:
+    def __init__(self, files: int, raw: bytes, wrap: bool = True) -> None:
         self.files = files
-        self.raw = io.BytesIO(raw)
+        self.raw = io.BytesIO(blocks(raw) if wrap else raw)
         self.sent: list[bytes] = []
 
     def set_deadline(self, deadline: float | None) -> None:
@@ -127,6 +131,16 @@ class Streamed:
         return "scripted"
 
 
+def blocks(stream: bytes, packed: bool = False) -> bytes:
+    """The stream in blocks as the helper sends it: raw, or each one zlib-compressed."""
+    out = b""
+    for at in range(0, len(stream), EXPORT_BLOCK):
+        piece = stream[at : at + EXPORT_BLOCK]
+        kind, body = (EXPORT_PACKED, zlib.compress(piece)) if packed else (EXPORT_RAW, piece)
+        out += (len(body) + 1).to_bytes(4, "big") + kind + body
+    return out
+
+
 def file_frames(name: bytes, data: bytes, mode: str = "100644") -> bytes:
     return export_header(mode, len(data), name) + (export_frame(EXPORT_DATA, data) if data
                                                    else b"")
@@ -136,10 +150,39 @@ END = b"\0\0\0\0"
 GOOD = file_frames(b"ok.py", b"fine\n")
 
 
-def test_a_well_formed_forged_stream_is_taken(repo: Repo) -> None:
-    box = HelperSandbox(Streamed(2, GOOD + file_frames(b"d/e", b"") + END))
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_well_formed_forged_stream_is_taken(repo: Repo, packed: bool) -> None:
+    raw = blocks(GOOD + file_frames(b"d/e", b"") + END, packed)
+    box = HelperSandbox(Streamed(2, raw, wrap=False))
     assert copy_out(box, repo, MAX) == {"ok.py": TreeEntry("100644", repo.write_blob(b"fine\n")),
                                         "d/e": TreeEntry("100644", repo.write_blob(b""))}
+
+
+BOMB = zlib.compress(b"\0" * (EXPORT_BLOCK + 1))
+HOSTILE_BLOCKS = {
+    "unknown block type": (b"\0\0\0\x02Q!", "a block of type b'Q'"),
+    "empty block": (b"\0\0\0\x01R", "an empty block"),
+    "block too long": ((EXPORT_BLOCK + 2).to_bytes(4, "big") + b"R", "a block of"),
+    "not zlib": (b"\0\0\0\x05Znope", "not zlib"),
+    "a zlib bomb": ((len(BOMB) + 1).to_bytes(4, "big") + EXPORT_PACKED + BOMB, "inflates past"),
+    "cut short": (blocks(GOOD + END)[:-3], "cut short"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_BLOCKS))
+def test_a_hostile_block_is_refused(case: str, repo: Repo) -> None:
+    raw, error = HOSTILE_BLOCKS[case]
+    before = host_files(repo)
+    with pytest.raises(SandboxError, match=error):
+        sandbox_tree(HelperSandbox(Streamed(1, raw, wrap=False)), repo, MAX)
+    assert host_files(repo) == before
+
+
+def test_a_compressed_block_with_more_after_its_stream_is_refused(repo: Repo) -> None:
+    body = zlib.compress(GOOD + END) + b"extra"
+    raw = (len(body) + 1).to_bytes(4, "big") + EXPORT_PACKED + body
+    with pytest.raises(SandboxError, match="not one whole zlib stream"):
+        copy_out(HelperSandbox(Streamed(1, raw, wrap=False)), repo, MAX)
 
 
 HOSTILE = {
@@ -203,7 +246,7 @@ def test_the_reader_holds_one_frame_at_a_time() -> None:
         seen.extend(len(chunk) for chunk in chunks)
         return "0" * 40
 
-    reader = ExportReader(io.BytesIO(raw).read, 1, 10 << 20, sink)
+    reader = ExportReader(io.BytesIO(blocks(raw)).read, 1, 10 << 20, sink)
     assert [f.path for f in reader.files()] == ["big"]
     assert seen == [1 << 20] * 5
 

@@ -2,6 +2,7 @@
 
 After an `ExportResponse` the helper sends typed frames (protocol.EXPORT_*): per file a header
 (mode, size, name), then data frames holding exactly its size; an empty frame ends the stream.
+The stream travels in blocks, raw or zlib-compressed, each inflated with a cap (`Blocks`).
 Everything in it is untrusted. Each header is checked before a byte of its file is taken: a
 known mode, a size within the limit, a name that is relative, normalised, UTF-8 or not but
 without NUL, control characters are kept (they are repository names) but `..`, empty and `.`
@@ -15,17 +16,21 @@ wrote is used.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.paths import dotgit_component
 from retcon_sandbox.protocol import (
+    EXPORT_BLOCK,
     EXPORT_CHUNK,
     EXPORT_DATA,
     EXPORT_ERROR,
     EXPORT_HEADER,
     EXPORT_MODES,
+    EXPORT_PACKED,
+    EXPORT_RAW,
 )
 from retcon_sandbox.text import sanitize_name
 
@@ -50,11 +55,61 @@ def refused(what: str) -> SandboxError:
                         "is not this version's; nothing from the stream was used.")
 
 
+class Blocks:
+    """The frames' stream out of its blocks (raw or zlib; see EXPORT_RAW): `read(n)` gives
+    exactly n bytes of it, fewer at its end. A block of an unknown type, empty, over
+    EXPORT_BLOCK (once inflated, too: inflation stops there), or not one whole zlib stream, is
+    refused."""
+
+    def __init__(self, read: Read) -> None:
+        self._read = read
+        self._block = b""
+        self._at = 0
+
+    def read(self, n: int) -> bytes:
+        pieces: list[bytes] = []
+        while n > 0:
+            if self._at >= len(self._block) and not self._next():
+                break
+            piece = self._block[self._at : self._at + n]
+            self._at += len(piece)
+            n -= len(piece)
+            pieces.append(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _next(self) -> bool:
+        head = self._read(4)
+        size = int.from_bytes(head, "big")
+        if len(head) < 4 or size == 0:
+            return False
+        if size > EXPORT_BLOCK + 1:
+            raise refused(f"a block of {size} bytes (at most {EXPORT_BLOCK + 1})")
+        body = self._read(size)
+        if len(body) < size:
+            return False
+        kind, data = body[:1], body[1:]
+        if kind == EXPORT_PACKED:
+            inflate = zlib.decompressobj()
+            try:
+                data = inflate.decompress(data, EXPORT_BLOCK + 1)
+            except zlib.error:
+                raise refused("a compressed block that is not zlib") from None
+            if len(data) > EXPORT_BLOCK or not inflate.eof or inflate.unused_data:
+                raise refused("a compressed block that inflates past its limit, or is not "
+                              "one whole zlib stream")
+        elif kind != EXPORT_RAW:
+            raise refused(f"a block of type {kind!r}")
+        if not data:
+            raise refused("an empty block")
+        self._block, self._at = data, 0
+        return True
+
+
 class ExportReader:
     """One copy-out stream: `files()` yields each file once its bytes are in the sink."""
 
     def __init__(self, read: Read, announced: int, max_size: int, sink: Sink) -> None:
-        self._read = read
+        self._read = Blocks(read).read
         self._announced = announced
         self._max_size = max_size
         self._sink = sink
