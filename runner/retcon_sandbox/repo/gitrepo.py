@@ -44,8 +44,8 @@ NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
                # and a large blob is treated as binary by diffs, never loaded whole
                "-c", "core.bigFileThreshold=32m")
-PERSISTENT = ("core.bigFileThreshold=32m", "core.packedGitWindowSize=32m",
-              "core.packedGitLimit=128m")
+PERSISTENT = ("core.bigFileThreshold=32m", "core.packedGitWindowSize=16m",
+              "core.packedGitLimit=32m")
 # fast-import runs no hook, signing program or fsmonitor (it writes objects, never a commit here,
 # never the index or the working tree), and with four or more distinct `-c` settings git 2.47's
 # fast-import spends five times the CPU (0.25 s against 0.05 s for 5,000 small blobs): so only
@@ -94,6 +94,7 @@ class Repo:
         else:
             self.root = Path(self._repo.working_tree_dir or path)
         self._identity_env: dict[str, str] | None = None
+        self._object_format: str | None = None
         # GitPython's own long-running `cat-file --batch` (blobs read for the tar stream) gets
         # the same large-file threshold, so a blob over it streams rather than being inflated
         # whole, and a small pack window, so reading a large repository does not map it all.
@@ -316,7 +317,7 @@ class Repo:
         large blob streamed, never held whole). Their ids are known at once; the objects are
         readable once the block exits."""
         try:
-            algorithm = self._git("rev-parse", "--show-object-format") or "sha1"
+            algorithm = self.object_format()
             proc = self._repo.git.execute(
                 ["git", *FAST_IMPORT, "fast-import", "--quiet", "--depth=0",
                  "--big-file-threshold=32m"],
@@ -332,20 +333,30 @@ class Repo:
             batch.finish()
 
     def tree_from_entries(self, entries: dict[str, TreeEntry]) -> str:
-        """A tree holding exactly `entries` (blobs already written), through a temporary index;
-        checked against them afterwards."""
+        """A tree holding exactly `entries` (blobs already written): every tree object, deepest
+        first, by one `git mktree --batch`; each id git gives must be the one computed here
+        from the entries, or nothing is used."""
         for path in entries:
             refuse_dotgit(path)
-        records = [_index_record(path, entry) for path, entry in sorted(entries.items())]
-        with tempfile.TemporaryDirectory(prefix="retcon-index-") as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            self._git("read-tree", "--empty", env=env)
-            self._git("update-index", "-z", "--index-info", stdin=b"".join(records), env=env)
-            tree = self._git("write-tree", env=env)
-        if self.ls_tree(tree) != entries:
+        trees = _trees_of(entries, self.object_format())
+        with tempfile.TemporaryFile() as handle:
+            handle.write(b"".join(t.mktree_input for t in trees))
+            handle.seek(0)
+            try:
+                out = self._repo.git.execute(["git", *NO_PROGRAMS, "mktree", "-z", "--batch"],
+                                             istream=handle)
+            except git.exc.GitCommandError as exc:
+                raise GitError(f"git mktree failed: {str(exc.stderr).strip()[-300:]}") from None
+        if str(out).split() != [t.sha for t in trees]:
             raise GitError("the tree git wrote is not the one asked for",
                            "Nothing was used. Report this: a name may be one git rewrites.")
-        return tree
+        return trees[-1].sha
+
+    def object_format(self) -> str:
+        """sha1 or sha256: how this repository names objects."""
+        if self._object_format is None:
+            self._object_format = self._git("rev-parse", "--show-object-format") or "sha1"
+        return self._object_format
 
     def make_tree(self, base_tree: str, changes: list[FileChange]) -> str:
         """Base tree plus changes, through a temporary index; the user's index is never used.
@@ -673,6 +684,39 @@ class Repo:
         out = self._git("log", f"-n{count}", "--no-merges", "--format=%s", "--end-of-options",
                         rev)
         return [line for line in out.splitlines() if line]
+
+
+@dataclass(frozen=True)
+class _Tree:
+    sha: str
+    mktree_input: bytes  # its entries as `git mktree -z --batch` reads them, and the separator
+
+
+def _trees_of(entries: dict[str, TreeEntry], algorithm: str) -> list[_Tree]:
+    """The tree objects holding `entries`, deepest first (the root last), each with the id
+    git gives it (entries sorted as git sorts them: a directory as if its name ended in /)."""
+    dirs: dict[str, dict[str, tuple[str, str]]] = {"": {}}
+    for path, entry in entries.items():
+        parent = path.rpartition("/")[0]
+        folder = parent
+        while folder not in dirs:
+            dirs[folder] = {}
+            folder = folder.rpartition("/")[0]
+        dirs[parent][path.rpartition("/")[2]] = (entry.mode, entry.sha)
+    trees = []
+    for folder in sorted(dirs, key=lambda d: -(d.count("/") + 1 if d else 0)):
+        items = sorted(((os.fsencode(name) + (b"/" if mode == "40000" else b""), name, mode, sha)
+                        for name, (mode, sha) in dirs[folder].items()), key=lambda i: i[0])
+        body = b"".join(mode.encode() + b" " + os.fsencode(name) + b"\0" + bytes.fromhex(sha)
+                        for _, name, mode, sha in items)
+        sha = hashlib.new(algorithm, b"tree %d\0" % len(body) + body).hexdigest()
+        listing = b"".join(f"{mode.zfill(6)} {'tree' if mode == '40000' else 'blob'} {sha_}\t"
+                           .encode() + os.fsencode(name) + b"\0"
+                           for _, name, mode, sha_ in items)
+        trees.append(_Tree(sha, listing + b"\0"))
+        if folder:
+            dirs[folder.rpartition("/")[0]][folder.rpartition("/")[2]] = ("40000", sha)
+    return trees
 
 
 class BlobBatch:
