@@ -9,11 +9,13 @@ no container at all.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from retcon_sandbox.backends.api import HelperSandbox, Sandbox, ToolFailure
+from retcon_sandbox.errors import GitError
 from retcon_sandbox.paths import PathRefused, repo_path
-from retcon_sandbox.repo.gitrepo import FileChange, Repo, TreeEntry
+from retcon_sandbox.repo.gitrepo import FileChange, PendingTree, Repo, TreeEntry
 from retcon_sandbox.text import restore_undecodable
 
 DIFF_CAP = 200_000
@@ -34,8 +36,21 @@ def copy_out(box: HelperSandbox, repo: Repo, max_file_size: int,
 
 
 def sandbox_tree(box: HelperSandbox, repo: Repo, max_file_size: int) -> str:
-    """The sandbox's whole workspace (but `.git`) as a git tree, from `copy_out`."""
-    return repo.tree_from_entries(copy_out(box, repo, max_file_size))
+    """The sandbox's whole workspace (but `.git`) as a git tree, as `copy_out` brings it; its
+    tree objects are written while git finishes writing the blobs."""
+    pending: PendingTree | None = None
+    try:
+        with repo.blob_batch() as batch:
+            entries = {out.path: TreeEntry(out.mode, out.sha)
+                       for out in box.export(batch.write, max_file_size)}
+            pending = repo.start_tree(entries, blobs_pending=True)
+    except BaseException:
+        if pending is not None:  # the blobs failed: wait for git, and use nothing
+            with contextlib.suppress(GitError):
+                pending.result()
+        raise
+    assert pending is not None
+    return pending.result()  # only once the batch has finished without error
 
 
 class WorkState:

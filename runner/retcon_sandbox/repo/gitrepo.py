@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import git
 import git.exc
@@ -336,21 +337,29 @@ class Repo:
         """A tree holding exactly `entries` (blobs already written): every tree object, deepest
         first, by one `git mktree --batch`; each id git gives must be the one computed here
         from the entries, or nothing is used."""
+        return self.start_tree(entries, blobs_pending=False).result()
+
+    def start_tree(self, entries: dict[str, TreeEntry], blobs_pending: bool) -> PendingTree:
+        """`tree_from_entries`, started: `result()` waits for it. `blobs_pending`: the blobs
+        are still being written (a `blob_batch` finishing), so git does not look for them;
+        the caller uses the tree only once that batch has finished without error."""
         for path in entries:
             refuse_dotgit(path)
         trees = _trees_of(entries, self.object_format())
-        with tempfile.TemporaryFile() as handle:
-            handle.write(b"".join(t.mktree_input for t in trees))
-            handle.seek(0)
-            try:
-                out = self._repo.git.execute(["git", *NO_PROGRAMS, "mktree", "-z", "--batch"],
-                                             istream=handle)
-            except git.exc.GitCommandError as exc:
-                raise GitError(f"git mktree failed: {str(exc.stderr).strip()[-300:]}") from None
-        if str(out).split() != [t.sha for t in trees]:
-            raise GitError("the tree git wrote is not the one asked for",
-                           "Nothing was used. Report this: a name may be one git rewrites.")
-        return trees[-1].sha
+        handle = tempfile.TemporaryFile()  # noqa: SIM115 (closed by PendingTree.result)
+        handle.write(b"".join(t.mktree_input for t in trees))
+        handle.seek(0)
+        flags = ["--missing"] if blobs_pending else []
+        try:
+            proc = self._repo.git.execute(["git", *NO_PROGRAMS, "mktree", "-z", "--batch",
+                                           *flags], as_process=True, istream=handle)
+        except (git.exc.GitError, OSError) as exc:
+            handle.close()
+            raise GitError(f"cannot start git mktree: {exc}") from None
+        if proc.proc is None:
+            handle.close()
+            raise GitError("cannot start git mktree")
+        return PendingTree(proc, handle, [t.sha for t in trees])
 
     def object_format(self) -> str:
         """sha1 or sha256: how this repository names objects."""
@@ -717,6 +726,29 @@ def _trees_of(entries: dict[str, TreeEntry], algorithm: str) -> list[_Tree]:
         if folder:
             dirs[folder.rpartition("/")[0]][folder.rpartition("/")[2]] = ("40000", sha)
     return trees
+
+
+class PendingTree:
+    """A `git mktree --batch` under way; `result()` is the root tree's id, once every tree id
+    git gave is the one computed on the host."""
+
+    def __init__(self, process: Any, handle: IO[bytes], expected: list[str]) -> None:
+        self._process = process  # GitPython's wrapper: it kills the process when collected
+        self._proc: subprocess.Popen[bytes] = process.proc
+        self._handle = handle
+        self._expected = expected
+
+    def result(self) -> str:
+        try:
+            out, err = self._proc.communicate()
+        finally:
+            self._handle.close()
+        if self._proc.returncode:
+            raise GitError("git mktree failed: " + err.decode("utf-8", "replace").strip()[-300:])
+        if out.decode().split() != self._expected:
+            raise GitError("the tree git wrote is not the one asked for",
+                           "Nothing was used. Report this: a name may be one git rewrites.")
+        return self._expected[-1]
 
 
 class BlobBatch:

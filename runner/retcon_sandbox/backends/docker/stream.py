@@ -24,6 +24,8 @@ class ExecStream:
     in linear time, every wait bounded by the deadline in force."""
 
     def __init__(self, sock: Any) -> None:
+        self._owner = sock  # kept: when collected (by the cycle collector, at any time), the
+        # wrapper the engine's client returned closes the socket under us (EBADF)
         self.sock: socket.socket = getattr(sock, "_sock", sock)
         self.deadline: float | None = None
         self._buf = bytearray()
