@@ -8,7 +8,9 @@ stream in through the helper; out, one streamed batch of frames made into git ob
 tree, and, as before 0.3, reading each file back as text; against `docker cp`-style archives of
 a plain container: copy-out is the median of REPEAT runs, alternated with `docker cp`'s, each
 into a fresh repository; `docker cp` cannot read the sandbox itself, whose workspace is a
-tmpfs); the demo's build and tests in the sandbox against the same on the host;
+tmpfs; with the CPU time each took, when the engine runs on this machine: helper, host
+and git processes against dockerd, which makes `docker cp`'s archive); the demo's build and
+tests in the sandbox against the same on the host;
 and the whole per-commit overhead. Nothing is asserted: these are figures to read.
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -79,6 +83,40 @@ def demo_tar() -> bytes:
     return buffer.getvalue()
 
 
+def proc_cpu(pid: int | None) -> float:
+    """CPU seconds of a process of this machine and of the children it waited for."""
+    if not pid:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process and of the git processes it waited for."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def helper_pid(engine: DockerEngine, container_id: str) -> int | None:
+    """The helper's process id on this machine (None if the engine runs elsewhere)."""
+    top = engine.client.api.top(container_id, ps_args="-eo pid,args")
+    pid = next((int(p[0]) for p in top["Processes"] if "--workspace" in p[1]), None)
+    return pid if pid and os.path.exists(f"/proc/{pid}") else None
+
+
+def _dockerd() -> int | None:
+    found = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
+    return int(found[0]) if found else None
+
+
+DOCKERD = _dockerd()
+
+
 def row(what: str, ours: str, other: str) -> None:
     print(f"  {what:<44} {ours:>16}   {other:>16}")
 
@@ -116,10 +154,16 @@ def main() -> None:
             names = box.list_files()
             text_reads = timed(lambda: [box.read_file(n) for n in names])
             copy_out, cp_out = [], []
+            helper = helper_pid(engine, box.container_id)
+            ours_cpu, cp_cpu = 0.0, 0.0
             for i in range(args.repeat):  # alternated, so both see the same load
                 repo = Repo.init(Path(scratch) / f"repo{i}")  # every object new each time
+                before = own_cpu() + proc_cpu(helper)
                 copy_out.append(timed(partial(sandbox_tree, box, repo, DEFAULTS.max_file_size)))
+                ours_cpu += own_cpu() + proc_cpu(helper) - before
+                before = proc_cpu(DOCKERD)
                 cp_out.append(timed(lambda: b"".join(plain.get_archive("/tmp")[0])))
+                cp_cpu += proc_cpu(DOCKERD) - before
             container = engine.client.containers.get(box.container_id)  # ours: shared engine
             execs = [timed(lambda: container.exec_run(["cat", "/workspace/probe.txt"],
                                                       user="10001:10001"))
@@ -133,6 +177,9 @@ def main() -> None:
     row(f"copy-out, {args.files} files (one batch vs docker cp)", ms(out), ms(cp))
     row(f"copy-out, {args.files} files (batch vs text reads)", ms(out), ms(text_reads))
     row("  copy-out runs, fastest (batch vs docker cp)", ms(min(copy_out)), ms(min(cp_out)))
+    if helper and DOCKERD:  # CPU time, which the machine's load does not inflate
+        row("  copy-out CPU (helper+host+git vs dockerd)", ms(ours_cpu / args.repeat),
+            ms(cp_cpu / args.repeat))
 
     with tempfile.TemporaryDirectory() as host_dir:
         with tarfile.open(fileobj=io.BytesIO(demo_tar())) as tar:
