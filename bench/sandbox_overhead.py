@@ -9,7 +9,8 @@ tree, and, as before 0.3, reading each file back as text; against `docker cp`-st
 a plain container: copy-out is the median of REPEAT runs, alternated with `docker cp`'s, each
 into a fresh repository; `docker cp` cannot read the sandbox itself, whose workspace is a
 tmpfs; with the CPU time each took, when the engine runs on this machine: helper, host
-and git processes against dockerd, which makes `docker cp`'s archive); the demo's build and
+and git processes against dockerd, which makes `docker cp`'s archive (dockerd serves every
+client of the engine: on a shared one its figure is an upper bound)); the demo's build and
 tests in the sandbox against the same on the host;
 and the whole per-commit overhead. Nothing is asserted: these are figures to read.
 """
