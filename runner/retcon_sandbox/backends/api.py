@@ -295,7 +295,10 @@ class HelperSandbox:
                ) -> Iterator[OutFile]:
         """Copy-out: the workspace's files (or those at or under `paths`), each handed to
         `sink` as its bytes stream in, then yielded with the object id the sink gave. The
-        stream is checked as it is read (see copyout.py); a departure is a SandboxError."""
+        stream is checked as it is read (see copyout.py); a departure is a SandboxError.
+        Consume it to the end: a stream refused or left midway leaves the helper's output out
+        of step, so the sandbox is not to be used again (a file the helper could not send ends
+        the stream in step, and the sandbox stays usable)."""
         answer = self.call(ExportRequest(max_size, paths), ExportResponse, seconds=LOAD_S)
         reader = ExportReader(self._transport.read, answer.files, max_size, sink)
         self._transport.set_deadline(time.monotonic() + LOAD_S)
