@@ -666,19 +666,23 @@ class Batched(io.RawIOBase):
     write, compressed when that makes it smaller (see EXPORT_RAW in the protocol)."""
 
     RAW_AFTER_MISS = 8  # blocks sent raw, without trying, after one that did not shrink
+    FIRST_BLOCK = 64 * 1024  # small first blocks, doubling: the host starts on them at once
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self._buf = bytearray()
         self._raw = 0
+        self._limit = self.FIRST_BLOCK
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
-        if len(self._buf) + len(data) > EXPORT_BLOCK:
+        if self._buf and len(self._buf) + len(data) > self._limit:
             self.send()
-        self._buf += data
+        self._buf += data  # one frame: at most EXPORT_BLOCK
+        if len(self._buf) >= self._limit:
+            self.send()
         return len(data)
 
     def send(self) -> None:
@@ -686,6 +690,7 @@ class Batched(io.RawIOBase):
             return
         block = bytes(self._buf)
         self._buf.clear()
+        self._limit = min(2 * self._limit, EXPORT_BLOCK)
         kind, body = EXPORT_RAW, block
         if self._raw:
             self._raw -= 1
