@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import difflib
+import fcntl
 import io
 import json
 import os
@@ -28,12 +29,21 @@ import stat
 import subprocess
 import sys
 import time
+import zlib
 from typing import IO, Any, Callable, Dict, Iterable, Iterator
 
 from retcon_sandbox.protocol import (  # replaced by that module's text when shipped
+    EXPORT_BLOCK,
+    EXPORT_CHUNK,
+    EXPORT_DATA,
+    EXPORT_ERROR,
+    EXPORT_PACKED,
+    EXPORT_RAW,
     REQUESTS,
     DeleteRequest,
     DeleteResponse,
+    ExportRequest,
+    ExportResponse,
     ExtractRequest,
     ExtractResponse,
     HelloRequest,
@@ -46,6 +56,8 @@ from retcon_sandbox.protocol import (  # replaced by that module's text when shi
     RunResponse,
     WriteRequest,
     WriteResponse,
+    export_frame,
+    export_header,
     from_wire,
     to_wire,
 )
@@ -471,6 +483,7 @@ class Helper:
         self.ws = Workspace(workspace)
         self.checks = checks
         self.checks_network = checks_network
+        self.then: Callable[[IO[bytes]], None] | None = None  # streams after the answer
 
     def op_hello(self, req: HelloRequest, payload: bytes) -> HelloResponse:
         problems = isolation_problems(self.checks_network) if self.checks else []
@@ -530,7 +543,9 @@ class Helper:
                                 text=f"{req.path} is a binary file ({size} bytes); not shown")
         return ReadResponse(binary=False, size=size, **page)
 
-    def op_write(self, req: WriteRequest, payload: bytes) -> WriteResponse:
+    def op_write(self, req: WriteRequest, payload: bytes | Chunks) -> WriteResponse:
+        if isinstance(payload, Chunks):  # a blob the host streams rather than holds
+            payload = payload.readall()
         path = self.ws.for_write(req.path, exact=req.exact)
         if os.path.isdir(path):
             raise ToolError(f"{req.path} is a directory")
@@ -573,6 +588,13 @@ class Helper:
             found.append(f"[... {omitted} more names not listed: list a subdirectory]")
         return ListResponse(files=found)
 
+    def op_export(self, req: ExportRequest, payload: bytes) -> ExportResponse:
+        """Copy-out: the files found now; their bytes follow the answer as frames
+        (`send_files`)."""
+        found = export_list(self.ws, req.paths)
+        self.then = lambda out: send_files(out, found, req.max_size)
+        return ExportResponse(files=len(found))
+
     def op_run(self, req: RunRequest, payload: bytes) -> RunResponse:
         return run_command(self.ws, req.cmd, req.timeout, req.env)
 
@@ -597,6 +619,139 @@ class Helper:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
             raise
+
+
+# --- copy-out -------------------------------------------------------------------------------
+
+
+def export_list(ws: Workspace, paths: list[str] | None) -> list[tuple[str, str, bool]]:
+    """(name, full path, is a symlink) of each regular file and symlink at or under `paths`
+    (the whole workspace by default), sorted, without `.git` directories, never through a
+    symlink. Types come from the directory entries (no stat per file)."""
+    found: dict[str, tuple[str, str, bool]] = {}
+    todo: list[tuple[str, str]] = []  # (full path, name prefix)
+    for rel in paths if paths is not None else [""]:
+        if not rel:
+            todo.append((ws.root, ""))
+            continue
+        parts = ws._parts(rel, exact=True)  # never through a symlink; the last may be one
+        parent = ws.for_write("/".join(parts[:-1]), exact=True) if parts[1:] else ws.root
+        full, name = os.path.join(parent, parts[-1]), "/".join(parts)
+        try:
+            mode = os.lstat(full).st_mode
+        except FileNotFoundError:
+            continue
+        if dotgit(parts[-1]):
+            continue
+        if stat.S_ISDIR(mode):
+            todo.append((full, name + "/"))
+        elif stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            found[name] = (name, full, stat.S_ISLNK(mode))
+    while todo:
+        directory, prefix = todo.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if dotgit(entry.name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append((entry.path, prefix + entry.name + "/"))
+                elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                    name = prefix + entry.name
+                    found[name] = (name, entry.path, entry.is_symlink())
+    return [found[name] for name in sorted(found)]
+
+
+class Batched(io.RawIOBase):
+    """Copy-out's frames gathered into blocks of at most EXPORT_BLOCK bytes, each sent as one
+    write, compressed when that makes it smaller (see EXPORT_RAW in the protocol)."""
+
+    RAW_AFTER_MISS = 8  # blocks sent raw, without trying, after one that did not shrink
+    FIRST_BLOCK = 64 * 1024  # small first blocks, doubling: the host starts on them at once
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._buf = bytearray()
+        self._raw = 0
+        self._limit = self.FIRST_BLOCK
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if self._buf and len(self._buf) + len(data) > self._limit:
+            self.send()
+        self._buf += data  # one frame: at most EXPORT_BLOCK
+        if len(self._buf) >= self._limit:
+            self.send()
+        return len(data)
+
+    def send(self) -> None:
+        if not self._buf:
+            return
+        block = bytes(self._buf)
+        self._buf.clear()
+        self._limit = min(2 * self._limit, EXPORT_BLOCK)
+        kind, body = EXPORT_RAW, block
+        if self._raw:
+            self._raw -= 1
+        else:
+            packed = zlib.compress(block, 1)
+            if len(packed) < len(block) * 9 // 10:
+                kind, body = EXPORT_PACKED, packed
+            else:
+                self._raw = self.RAW_AFTER_MISS
+        self._out.write((len(body) + 1).to_bytes(4, "big") + kind)
+        self._out.write(body)
+
+    def flush(self) -> None:
+        self.send()
+        self._out.flush()
+
+
+def send_files(stdout: IO[bytes], found: list[tuple[str, str, bool]], max_size: int) -> None:
+    """The frames of copy-out: per file a header and its bytes, then an empty frame; a file
+    that cannot be sent (gone, no longer regular, over `max_size`) ends the stream with an
+    error frame that says why."""
+    out = Batched(stdout)
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):  # fewer hand-offs
+        fcntl.fcntl(stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), EXPORT_CHUNK)
+    try:
+        for rel, full, link in found:
+            name = os.fsencode(rel)
+            if link:
+                target = os.readlink(os.fsencode(full))
+                out.write(export_header("120000", len(target), name))
+                out.write(export_frame(EXPORT_DATA, target))
+            else:
+                send_file(out, full, name, max_size)
+        out.write(b"\0\0\0\0")
+    except (OSError, ToolError) as exc:
+        out.write(export_frame(EXPORT_ERROR, f"{exc}".encode("utf-8", "replace")))
+    finally:
+        out.flush()
+
+
+def send_file(out: Batched, full: str, name: bytes, max_size: int) -> None:
+    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        rel = os.fsdecode(name)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{rel} is no longer a regular file")
+        if st.st_size > max_size:
+            raise ToolError(f"{rel} is {human_size(st.st_size)}, over the largest file the "
+                            f"host takes ({human_size(max_size)})")
+        mode = "100755" if st.st_mode & stat.S_IXUSR else "100644"
+        out.write(export_header(mode, st.st_size, name))
+        left = st.st_size
+        while left:
+            block = os.read(fd, min(left, EXPORT_CHUNK))
+            if not block:
+                raise ToolError(f"{rel} shrank while it was copied out")
+            out.write(export_frame(EXPORT_DATA, block))
+            left -= len(block)
+    finally:
+        os.close(fd)
 
 
 def _field(block: bytes, start: int, end: int) -> str:
@@ -765,6 +920,10 @@ def serve(helper: Helper, stdin: IO[bytes], stdout: IO[bytes]) -> None:
             return
         response["id"] = req.get("id") if isinstance(req, dict) else None
         stdout.write(json.dumps(response).encode() + b"\n")
+        then, helper.then = helper.then, None
+        if then is not None and response.get("ok"):
+            stdout.flush()
+            then(stdout)
         stdout.flush()
 
 

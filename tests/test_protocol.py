@@ -44,6 +44,8 @@ MESSAGES: list[Any] = [
     WriteResponse("updated", "Wrote a.py", 1, 2, "--- a/a.py\n"), WriteResponse("created", "ok"),
     protocol.DeleteResponse("Deleted a.py"), protocol.ListResponse(["a.py", "b/c.py"]),
     RunResponse(0, False, "ok\n", 3, False, 0.25),
+    protocol.ExportRequest(1 << 20), protocol.ExportRequest(5, ["a", "b/c"]),
+    protocol.ExportResponse(5000),
 ]
 
 
@@ -68,7 +70,7 @@ def test_every_field_has_a_check() -> None:
     """A field with an annotation the checks do not know would pass anything."""
     classes = [c for c in vars(protocol).values()
                if isinstance(c, type) and dataclasses.is_dataclass(c)]
-    assert len(classes) == 14
+    assert len(classes) == 16
     for cls in classes:
         for item in dataclasses.fields(cls):
             assert str(item.type) in CHECKS, f"{cls.__name__}.{item.name}: {item.type}"
@@ -112,6 +114,9 @@ class Scripted:
     def readline(self) -> bytes:
         request = json.loads(self.sent[-1].split(b"\n", 1)[0])
         return json.dumps({**self.answers.pop(0), "id": request["id"]}).encode() + b"\n"
+
+    def read(self, n: int) -> bytes:
+        return b""
 
     def close(self) -> None:
         pass

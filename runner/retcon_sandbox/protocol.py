@@ -91,11 +91,23 @@ class RunRequest:
     env: dict[str, str] | None = None
 
 
+@dataclass(frozen=True)
+class ExportRequest:
+    """Copy-out: the workspace's files (or only those at or under `paths`; a path that does not
+    exist is left out) stream back after the answer as typed frames (see EXPORT_* below): the
+    answer says how many files follow. `.git` directories are left out, as are FIFOs, sockets
+    and devices; symlinks come as their target. A file over `max_size` is refused up front."""
+
+    OP = "export"
+    max_size: int
+    paths: list[str] | None = None
+
+
 Request = Union[HelloRequest, ExtractRequest, ReadRequest, WriteRequest, DeleteRequest,
-                ListRequest, RunRequest]
+                ListRequest, RunRequest, ExportRequest]
 REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (
     HelloRequest, ExtractRequest, ReadRequest, WriteRequest, DeleteRequest, ListRequest,
-    RunRequest)}
+    RunRequest, ExportRequest)}
 
 
 # --- responses (helper -> host) ---------------------------------------------------------------
@@ -160,6 +172,40 @@ class RunResponse:
     seconds: float
 
 
+@dataclass(frozen=True)
+class ExportResponse:
+    """`files`: how many files the frame stream that follows this answer holds."""
+
+    files: int
+
+
+# --- copy-out's frame stream (helper -> host, after an ExportResponse) --------------------------
+# Each frame is a 4-byte big-endian length and that many bytes; its first byte says its type.
+# Per file, one header frame, then data frames holding exactly its size; an empty frame ends the
+# stream; an error frame (the helper could not read a file) ends it too.
+EXPORT_HEADER = b"H"  # H, the git mode (6 ASCII digits), the size (8 bytes big-endian), the name
+EXPORT_DATA = b"D"  # D, then up to EXPORT_CHUNK bytes of the current file
+EXPORT_ERROR = b"E"  # E, then a UTF-8 message
+EXPORT_CHUNK = 1 << 20
+EXPORT_MODES = ("100644", "100755", "120000")
+# The stream of frames itself travels in blocks, each a 4-byte big-endian length, a type and at
+# most EXPORT_BLOCK bytes of the stream: as they are (R), or compressed by zlib (Z), when that
+# makes them smaller. Fewer bytes through the container runtime's relay is what makes copy-out
+# fast; a block that does not shrink is sent raw, and a few blocks after it too.
+EXPORT_RAW = b"R"
+EXPORT_PACKED = b"Z"
+EXPORT_BLOCK = EXPORT_CHUNK + 64
+
+
+def export_header(mode: str, size: int, name: bytes) -> bytes:
+    body = EXPORT_HEADER + mode.encode("ascii") + size.to_bytes(8, "big") + name
+    return len(body).to_bytes(4, "big") + body
+
+
+def export_frame(kind: bytes, data: bytes) -> bytes:
+    return (len(data) + 1).to_bytes(4, "big") + kind + data
+
+
 # --- to and from the wire ---------------------------------------------------------------------
 
 
@@ -196,7 +242,8 @@ def _is_bool(value: object) -> bool:
 CHECKS: dict[str, Callable[[object], bool]] = {
     "str": _is_str, "int": _is_int, "bool": _is_bool, "float": _is_number,
     "str | None": _maybe(_is_str), "int | None": _maybe(_is_int), "bool | None": _maybe(_is_bool),
-    "list[str]": _is_strings, "dict[str, str] | None": _maybe(_is_string_map),
+    "list[str]": _is_strings, "list[str] | None": _maybe(_is_strings),
+    "dict[str, str] | None": _maybe(_is_string_map),
 }
 
 

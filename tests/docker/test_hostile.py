@@ -158,3 +158,28 @@ def test_an_image_without_python3_is_refused_with_the_requirement(
             pass
     finally:
         engine.client.images.remove("retcon-sandbox-test/nopython:latest", force=True)
+
+
+def test_copy_out_of_what_a_build_left(tmp_path: Path, backend: DockerBackend) -> None:
+    """A build leaves a symlink out of the workspace, a FIFO, a `.git` with hooks, a file over
+    the limit: copy-out takes the link as a link, never opens the FIFO, leaves `.git` out, and
+    refuses the large file by name; nothing is written on the host but git objects."""
+    from retcon_sandbox.backends.workspace import copy_out, sandbox_tree
+
+    repo = Repo.init(tmp_path / "repo")
+    outside = sorted(p.relative_to(repo.root) for p in repo.root.rglob("*")
+                     if "objects" not in p.parts)
+    with backend.open("t") as box:
+        assert box.run("mkdir -p src .git/hooks && echo ok > src/a.py && ln -s /etc escape "
+                       "&& mkfifo pipe && echo evil > .git/hooks/post-commit "
+                       "&& head -c 3000 /dev/zero > big.bin", 30).passed
+        with pytest.raises(SandboxError, match=r"big\.bin is 2\.9 KB, over the largest file"):
+            sandbox_tree(box, repo, 2000)
+        still_serving(box)
+        entries = copy_out(box, repo, 4000)
+        assert sorted(entries) == ["big.bin", "escape", "src/a.py"]
+        assert entries["escape"].mode == "120000" and repo.blob(entries["escape"].sha) == b"/etc"
+        assert repo.blob(entries["src/a.py"].sha) == b"ok\n"
+        still_serving(box)
+    assert sorted(p.relative_to(repo.root) for p in repo.root.rglob("*")
+                  if "objects" not in p.parts) == outside

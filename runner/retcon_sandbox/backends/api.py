@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from retcon_sandbox.archive import TarStream
+from retcon_sandbox.backends.copyout import ExportReader, OutFile, Sink
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.protocol import (
     DeleteRequest,
     DeleteResponse,
+    ExportRequest,
+    ExportResponse,
     ExtractRequest,
     ExtractResponse,
     HelloRequest,
@@ -144,6 +147,10 @@ class Transport(Protocol):
         """One line (newline included); b"" at end of stream. Longer than LINE_CAP: SandboxError."""
         ...
 
+    def read(self, n: int) -> bytes:
+        """Exactly `n` bytes (fewer only at end of stream): copy-out's frames."""
+        ...
+
     def close(self) -> None: ...
     def describe_failure(self) -> str: ...
 
@@ -152,9 +159,10 @@ class Sandbox(Protocol):
     def load_tree(self, tar: TarStream) -> int: ...
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult: ...
-    def write_file(self, path: str, data: bytes, mode: str | None = None,
+    def write_file(self, path: str, data: bytes | Iterator[bytes], mode: str | None = None,
                    exact: bool = False) -> WriteResult:
-        """`exact`: a name from the repository, carried as it is (the model's are checked)."""
+        """`exact`: a name from the repository, carried as it is (the model's are checked).
+        `data` as blocks: streamed, never held whole on the host."""
         ...
 
     def delete_file(self, path: str, exact: bool = False) -> str: ...
@@ -271,9 +279,12 @@ class HelperSandbox:
         r = self.call(ReadRequest(path, offset, limit), ReadResponse)
         return ReadResult(r.text, r.binary, r.lines, r.start, r.end, bool(r.more))
 
-    def write_file(self, path: str, data: bytes, mode: str | None = None,
+    def write_file(self, path: str, data: bytes | Iterator[bytes], mode: str | None = None,
                    exact: bool = False) -> WriteResult:
-        r = self.call(WriteRequest(path, mode, exact), WriteResponse, data)
+        if isinstance(data, bytes):
+            r = self.call(WriteRequest(path, mode, exact), WriteResponse, data)
+        else:  # a blob from the repository: length-prefixed frames, as a tree streams in
+            r = self.call(WriteRequest(path, mode, exact), WriteResponse, chunks=data)
         return WriteResult(r.status, r.summary, r.diff)
 
     def delete_file(self, path: str, exact: bool = False) -> str:
@@ -287,6 +298,30 @@ class HelperSandbox:
                       seconds=timeout + COMMAND_MARGIN_S)
         return CommandResult(command, r.exit_code, r.timed_out, r.output, r.total_bytes,
                              r.truncated, r.seconds)
+
+    def export(self, sink: Sink, max_size: int, paths: list[str] | None = None
+               ) -> Iterator[OutFile]:
+        """Copy-out: the workspace's files (or those at or under `paths`), each handed to
+        `sink` as its bytes stream in, then yielded with the object id the sink gave. The
+        stream is checked as it is read (see copyout.py); a departure is a SandboxError.
+        Consume it to the end: a stream refused or left midway leaves the helper's output out
+        of step, so the sandbox is not to be used again (a file the helper could not send ends
+        the stream in step, and the sandbox stays usable)."""
+        answer = self.call(ExportRequest(max_size, paths), ExportResponse, seconds=LOAD_S)
+        reader = ExportReader(self._transport.read, answer.files, max_size, sink)
+        self._transport.set_deadline(time.monotonic() + LOAD_S)
+        try:
+            yield from reader.files()
+        except DeadlineExceeded:
+            raise DeadlineExceeded(f"the sandbox did not finish copying out within {LOAD_S:.0f}"
+                                   " s, so it was removed", "Rerun to resume; if it happens "
+                                   "again, check what the build leaves in the workspace."
+                                   ) from None
+        except OSError as exc:
+            raise SandboxError(f"the sandbox helper was lost: {exc}",
+                               self._transport.describe_failure()) from None
+        finally:
+            self._transport.set_deadline(None)
 
     def close(self) -> None:
         self._transport.close()

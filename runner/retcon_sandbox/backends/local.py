@@ -41,6 +41,10 @@ class PipeTransport:
             raise SandboxError(f"the local helper sent a line over {LINE_CAP} bytes")
         return line
 
+    def read(self, n: int) -> bytes:
+        assert self._proc.stdout is not None
+        return self._proc.stdout.read(n)
+
     def close(self) -> None:
         if self._proc.stdin:
             with contextlib.suppress(OSError):

@@ -9,11 +9,13 @@ no container at all.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
-from retcon_sandbox.backends.api import Sandbox, ToolFailure
+from retcon_sandbox.backends.api import HelperSandbox, Sandbox, ToolFailure
+from retcon_sandbox.errors import GitError
 from retcon_sandbox.paths import PathRefused, repo_path
-from retcon_sandbox.repo.gitrepo import FileChange, Repo, TreeEntry
+from retcon_sandbox.repo.gitrepo import FileChange, PendingTree, Repo, TreeEntry
 from retcon_sandbox.text import restore_undecodable
 
 DIFF_CAP = 200_000
@@ -21,6 +23,34 @@ DIFF_CAP = 200_000
 
 Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
 EnvironmentKey = Callable[[str], str | None]  # the prepared environment a tree needs
+
+
+def copy_out(box: HelperSandbox, repo: Repo, max_file_size: int,
+             paths: list[str] | None = None) -> dict[str, TreeEntry]:
+    """The sandbox's files (or those at or under `paths`) as git blobs, streamed in one batch
+    and checked as they come (backends/copyout.py): nothing is unpacked on the host. Never used
+    for a commit: commits come from the host's record."""
+    with repo.blob_batch() as batch:
+        return {out.path: TreeEntry(out.mode, out.sha)
+                for out in box.export(batch.write, max_file_size, paths)}
+
+
+def sandbox_tree(box: HelperSandbox, repo: Repo, max_file_size: int) -> str:
+    """The sandbox's whole workspace (but `.git`) as a git tree, as `copy_out` brings it; its
+    tree objects are written while git finishes writing the blobs."""
+    pending: PendingTree | None = None
+    try:
+        with repo.blob_batch() as batch:
+            entries = {out.path: TreeEntry(out.mode, out.sha)
+                       for out in box.export(batch.write, max_file_size)}
+            pending = repo.start_tree(entries, blobs_pending=True)
+    except BaseException:
+        if pending is not None:  # the blobs failed: wait for git, and use nothing
+            with contextlib.suppress(GitError):
+                pending.result()
+        raise
+    assert pending is not None
+    return pending.result()  # only once the batch has finished without error
 
 
 class WorkState:
@@ -88,7 +118,7 @@ class WorkState:
             if entry is None:
                 self._box.delete_file(path, exact=True)
             else:
-                self._box.write_file(path, self.repo.blob(entry.sha, self.max_file_size),
+                self._box.write_file(path, self.repo.blob_chunks(entry.sha, self.max_file_size),
                                      entry.mode, exact=True)
         self._changes[path] = FileChange(path, entry)
 

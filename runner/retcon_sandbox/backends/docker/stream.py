@@ -24,6 +24,8 @@ class ExecStream:
     in linear time, every wait bounded by the deadline in force."""
 
     def __init__(self, sock: Any) -> None:
+        self._owner = sock  # kept: when collected (by the cycle collector, at any time), the
+        # wrapper the engine's client returned closes the socket under us (EBADF)
         self.sock: socket.socket = getattr(sock, "_sock", sock)
         self.deadline: float | None = None
         self._buf = bytearray()
@@ -61,7 +63,7 @@ class ExecStream:
     def _recv(self) -> bool:
         self._wait_budget()
         try:
-            chunk = self.sock.recv(1 << 16)
+            chunk = self.sock.recv(1 << 20)
         except TimeoutError:
             raise DeadlineExceeded("the sandbox did not answer in time") from None
         if not chunk:
@@ -124,6 +126,22 @@ class ExecTransport:
                 self._out += payload
             elif len(self._err) < STDERR_CAP:
                 self._err += payload[: STDERR_CAP - len(self._err)]
+
+    def read(self, n: int) -> bytes:
+        """Exactly `n` bytes of the helper's stdout (fewer at end of stream)."""
+        while len(self._out) < n:
+            frame = self._stream.frame()
+            if frame is None:
+                break
+            stream, payload = frame
+            if stream == 1:
+                self._out += payload
+            elif len(self._err) < STDERR_CAP:
+                self._err += payload[: STDERR_CAP - len(self._err)]
+        data = bytes(self._out[:n])
+        del self._out[:n]
+        self._scanned = 0
+        return data
 
     def close(self) -> None:
         self._stream.close()
