@@ -102,7 +102,8 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                              else "") + ")"),
     "setup": lambda d: (f"  Preparing the environment: {d['commands']} setup command(s) on "
                         f"{d['image']}, network {d['network']}"
-                        + (f", trusting {d['ca']}" if d.get("ca") else "")),
+                        + (f", trusting {d['ca']}" if d.get("ca") else "")
+                        + (f"\n    Why: {d['reason']}" if d.get("reason") else "")),
     "setup_command": lambda d: f"    $ {d['command']}",
     "setup_output": lambda d: f"      {d['line']}",
     "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",

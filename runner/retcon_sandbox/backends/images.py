@@ -36,6 +36,8 @@ from retcon_sandbox.resources import dockerfiles
 ENV_NAME = "env"  # prepared environments are tagged <prefix>/env:<key>
 LABEL_ENV_BASE = "retcon-sandbox.env.base"  # the image a prepared environment was made from
 LABEL_ENV_SCOPE = "retcon-sandbox.env.scope"  # a hash of the repository scope it belongs to
+LABEL_ENV_INPUTS = "retcon-sandbox.env.inputs"  # what it was made from (to say why the next is)
+LABEL_ENV_CACHE = "retcon-sandbox.env.cache"  # the package cache its setup used
 
 REPOSITORY = "retcon-sandbox"
 REGISTRY_BASE = "debian:bookworm-slim"

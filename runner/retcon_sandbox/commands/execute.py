@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retcon_sandbox.backends import hostaccess
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
     ModelOptions,
     check_base_url,
@@ -112,6 +112,8 @@ def execute(options: ExecuteOptions) -> int:
         checks.source_names(repo, revs)
         tip = repo.branch_sha(spec.cleaned) or revs.base
         checks.path_patterns(repo, spec, tip, revs.source)
+        check_inputs(repo, spec.sandbox, [revs.base, revs.source],
+                     f"{spec.remote} or {spec.source}")
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed
                              ).settings(spec.model) \

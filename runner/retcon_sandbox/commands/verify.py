@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from retcon_sandbox.backends import hostaccess
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
     engine_in_use,
     find_repo,
@@ -89,6 +89,8 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                                           args.keep_environments)
     plan = make_plan(args, reporter)
     settings = plan.settings
+    if plan.rows:
+        check_inputs(plan.repo, settings, [plan.rows[0].sha, plan.rows[-1].sha], plan.label)
     commands = Commands(settings.build, settings.test, settings.timeout,
                         frozenset(args.skip))
     if not (commands.planned("build") or commands.planned("test")):
