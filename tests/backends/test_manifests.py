@@ -6,6 +6,7 @@ import hashlib
 
 from retcon_sandbox.backends.environments import (
     DEFAULT_INPUTS,
+    cache_name,
     environment_key,
     inputs,
     setup_files,
@@ -174,3 +175,20 @@ def test_why_a_new_environment_is_made() -> None:
     assert why_new(first, first) == "the environment of these inputs is no longer kept"
     assert why_new(first, first, fresh=True) == "--no-cache: prepared again"
     assert changes({"a": {"[x]": "1"}}, {"a": {"[x]": "1", "[y]": "2"}}) == ["a [y] added"]
+
+
+def test_the_package_cache_follows_what_setup_runs_not_what_it_reads() -> None:
+    tree = Blobs(requirements_dot_txt=b"six\n", scripts__setup_dot_sh=b"pip install -r "
+                 b"requirements.txt\n", app_dot_py=b"x = 1\n")
+    script = ("sh scripts/setup.sh",)
+
+    def cache(blobs: Blobs, setup: tuple[str, ...] = script, scope: str = "/r/.git 1") -> str:
+        return cache_name(scope, setup, blobs.tree, None, blobs.data.get)
+
+    same = cache(tree)
+    assert same.startswith("retcon-sandbox-cache-")
+    assert cache(tree.edited("requirements.txt", b"six", b"attrs")) == same  # data: shared
+    assert cache(tree.edited("app.py", b"1", b"2")) == same
+    assert cache(tree.edited("scripts/setup.sh", b"pip", b"echo x; pip")) != same  # its own
+    assert cache(tree, ("sh scripts/setup.sh", "true")) != same
+    assert cache(tree, scope="/other/.git 2") != same  # never shared between repositories

@@ -40,10 +40,12 @@ from typing import TYPE_CHECKING
 
 from retcon_sandbox.backends import images, manifests
 from retcon_sandbox.backends.api import Backend, Sandbox
-from retcon_sandbox.backends.hostaccess import SetupPolicy
+from retcon_sandbox.backends.hostaccess import CACHE_PATH, SetupPolicy
 from retcon_sandbox.backends.images import (
     ENV_NAME,
+    LABEL_CACHE_SCOPE,
     LABEL_ENV_BASE,
+    LABEL_ENV_CACHE,
     LABEL_ENV_INPUTS,
     LABEL_ENV_SCOPE,
 )
@@ -71,6 +73,7 @@ DEFAULT_INPUTS = tuple(f"**/{name}" for name in (
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
 CA_LIMIT = 16 * 1024 * 1024
+CACHE_PREFIX = "retcon-sandbox-cache-"
 OUTPUT_TAIL = 30
 
 
@@ -123,6 +126,7 @@ class Environments:
         self._inputs = Patterns(DEFAULT_INPUTS if chosen is None else chosen)  # [] is none
         self._keys: dict[str, str | None] = {}
         self._records: dict[str, dict[str, object]] = {}  # key -> what it is made from
+        self._caches: dict[str, str] = {}  # key -> the package cache its setup uses
         self._scope: str | None = None  # see scope()
         self._fresh = fresh
         self._prepared: set[str] = set()  # the keys this run prepared
@@ -161,6 +165,10 @@ class Environments:
             self._keys[tree] = key
             self._records[key] = input_record(image_id, self.settings.setup,
                                               self.settings.git_metadata, self.tag, files)
+            if self.policy.package_cache:
+                with self.git_lock:
+                    self._caches[key] = cache_name(self.scope(), self.settings.setup, entries,
+                                                   self._link_target, self._manifest)
         return self._keys[tree]
 
     def _link_target(self, entry: TreeEntry) -> str:
@@ -250,6 +258,18 @@ class Environments:
                 with contextlib.suppress(ImageError):  # in use by another run: next time
                     engine.remove_image(tag)
                     self.report.emit("setup_pruned", tag=tag)
+        self._prune_caches(engine)
+
+    def _prune_caches(self, engine: DockerEngine) -> None:
+        """Remove this repository's package caches that no kept environment was made with
+        (and that this run does not use): they go with their environments."""
+        scope = scope_digest(self.scope())
+        kept = {r.labels.get(LABEL_ENV_CACHE) for r in engine.images_labelled(LABEL_ENV_SCOPE,
+                                                                             scope)}
+        for name in engine.volumes_labelled(LABEL_CACHE_SCOPE, scope):
+            unused = name not in kept and name not in self._caches.values()
+            if unused and engine.remove_volume(name):  # else in use by another run: next time
+                self.report.emit("setup_cache_pruned", volume=name)
 
     def _prepare_workspace(self, box: DockerSandbox) -> None:
         result = box.prepare_workspace(self.settings.git_metadata, self.tag)
@@ -273,16 +293,23 @@ class Environments:
         commands = self.settings.setup
         ca = host_ca_bundle()
         record = self._records.get(key, {})
+        cache = self._caches.get(key)
         self.report.emit("setup", image=docker.image, key=key, network=self.policy.network,
                          commands=len(commands), ca=str(ca[0]) if ca else None,
-                         reason=self._why(docker.engine, record, again))
+                         reason=self._why(docker.engine, record, again), cache=cache)
+        if cache is not None:
+            docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
         with docker.open_setup("setup", self.policy.network, self.policy.registries,
-                               ca[1] if ca else None) as box:
+                               ca[1] if ca else None, cache) as box:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
             self._prepare_workspace(box)
+            if cache is not None:
+                self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in")
             for command in commands:
                 self._setup_command(docker, box, command)
+            if cache is not None:
+                self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded")
             kept = box.snapshot()
             if not kept.passed:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
@@ -292,9 +319,17 @@ class Environments:
             docker.commit_image(box, repository, key, {
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
-                LABEL_ENV_INPUTS: record_label(record)})
+                LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1))
+
+    def _cargo(self, box: DockerSandbox, script: str, what: str) -> None:
+        """Cargo keeps its downloads in $CARGO_HOME, which the image must hold for offline
+        builds: they are copied between it and the cache (a failure only costs downloads)."""
+        result = box.run(script, self.settings.timeout)
+        if not result.passed:
+            self.report.emit("warning", message=f"package cache: {what} failed "
+                             f"({result.verdict()}): {result.output.strip()[-300:]}")
 
     def _why(self, engine: DockerEngine, record: dict[str, object], again: bool) -> str:
         """Why this environment is made: against the newest one of this repository."""
@@ -342,6 +377,33 @@ class Environments:
         elif self.policy.network == "none":
             hint += " Setup ran with --setup-network none: it had no network."
         raise SetupError(f"setup command failed ({result.verdict()}): {command}\n{tail}", hint)
+
+
+_C = CACHE_PATH + "/cargo/registry"
+CARGO_FROM_CACHE = (f'if [ -n "${{CARGO_HOME:-}}" ] && [ -d {_C} ]; then '
+                    f'mkdir -p "$CARGO_HOME/registry" && cp -R {_C}/. "$CARGO_HOME/registry/"; fi')
+CARGO_TO_CACHE = (f'if [ -n "${{CARGO_HOME:-}}" ] && [ -d "$CARGO_HOME/registry" ]; then '
+                  f'mkdir -p {_C} && for d in cache index; do '
+                  f'if [ -d "$CARGO_HOME/registry/$d" ]; then cp -R "$CARGO_HOME/registry/$d" '
+                  f'{_C}/; fi; done; fi')
+# Named files that setup reads as data, not runs: they key its environment, not its cache.
+DATA_SUFFIXES = (".txt", ".in", ".toml", ".lock", ".json", ".yaml", ".yml", ".cfg", ".sum",
+                 ".mod")
+DATA_NAMES = ("Pipfile",)
+
+
+def cache_name(scope: str, setup: tuple[str, ...], entries: dict[str, TreeEntry],
+               link: LinkTarget | None = None, read: ReadBlob | None = None) -> str:
+    """The package cache (a volume) a setup uses: one per repository and per what setup runs,
+    its commands and the content of the files they name that are not data (scripts, makefiles,
+    a vendored package's code). A branch that changes the setup script gets a cache of its own;
+    one that changes only a requirements file shares the cache, and downloads what is new."""
+    runs = sorted((path, entries[path].mode, entries[path].sha)
+                  for path in setup_files(setup, entries, link, read)
+                  if not path.endswith(DATA_SUFFIXES)
+                  and path.rsplit("/", 1)[-1] not in DATA_NAMES)
+    text = json.dumps({"v": 1, "repository": scope, "setup": list(setup), "runs": runs})
+    return f"{CACHE_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
 
 def repository_scope(repo: Repo) -> str:

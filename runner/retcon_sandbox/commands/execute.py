@@ -70,6 +70,7 @@ class ExecuteOptions:
     setup_registry: tuple[str, ...] = ()
     setup_disk: int = hostaccess.SETUP_DISK
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
+    package_cache: bool = True
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
 
@@ -88,6 +89,7 @@ class ExecuteOptions:
                    setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
+                   package_cache=not args.no_package_cache,
                    limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes)
 
 
@@ -100,7 +102,8 @@ def execute(options: ExecuteOptions) -> int:
     check_base_url(options.base_url)
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
-                                          options.setup_disk, options.keep_environments)
+                                          options.setup_disk, options.keep_environments,
+                                          options.package_cache)
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)

@@ -86,7 +86,8 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
     access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
                                           args.setup_registry, args.setup_disk,
-                                          args.keep_environments)
+                                          args.keep_environments,
+                                          not args.no_package_cache)
     plan = make_plan(args, reporter)
     settings = plan.settings
     if plan.rows:
