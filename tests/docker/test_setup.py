@@ -83,6 +83,7 @@ def events(out: str) -> list[dict[str, object]]:
 
 
 MADE: list[str] = []  # the environments these tests prepared, removed at the end
+CACHES: set[str] = set()  # the package caches their setups used, removed at the end
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,6 +91,8 @@ def remove_prepared(engine: DockerEngine) -> Iterator[None]:
     yield
     for tag in MADE:
         engine.remove_image(tag)
+    for name in CACHES:
+        engine.remove_volume(name)
 
 
 def run(spec: Path, *extra: str, env: dict[str, str] | None = None
@@ -98,6 +101,7 @@ def run(spec: Path, *extra: str, env: dict[str, str] | None = None
                  timeout=900)
     found = events(result.out)
     MADE.extend(prepared(found))
+    CACHES.update(str(e["cache"]) for e in found if e["event"] == "setup" and e.get("cache"))
     return result.code, found, result.out + result.err
 
 
