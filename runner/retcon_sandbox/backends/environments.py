@@ -2,10 +2,12 @@
 as an image every later sandbox of those inputs starts from, offline.
 
 An environment is keyed by the base image's ID, the setup commands, the git-metadata choice and
-version tag, and the content of the files `setup_inputs` matches in the tree being prepared for
-(by default the usual manifests and lock files of Python, Node, Rust and Go projects), and of
-every tracked file a setup command names (`setup_files`: the script it runs, a `-r` file, a
-makefile), so a branch cannot change what setup runs and keep another tree's key. The
+version tag, and what setup reads of the files `setup_inputs` matches in the tree being prepared
+for (by default the usual manifests and lock files of Python, Node, Rust and Go projects; of
+pyproject.toml and Cargo.toml only their dependency tables, see `manifests`), and the whole
+content of every tracked file setup names (`setup_files`: the script it runs, a `-r` file, a
+makefile, and what those name in turn), so a branch cannot change what setup runs and keep
+another tree's key. The `setup` event says why a new environment is made (`why_new`). The
 verification cache keys each result on the prepared image's own ID too (`prepared_id`). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
@@ -16,6 +18,9 @@ is a short name the engine would take as an image ID prefix.
 What a setup writes is measured before it is kept (`--setup-disk`), and at most
 `--keep-environments` environments are kept per repository: the oldest beyond are removed
 after a new one is made.
+
+Setup's downloads are kept in a package cache (a volume, `cache_name`) per repository and per
+what setup runs, mounted into setup containers only (`--no-package-cache` to go without).
 
 Setup is the only step with network: by default (`--setup-network registries`, chosen on the
 command line only) it sits on an internal network whose only way out is an egress proxy that
