@@ -26,7 +26,7 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "model_retry", "squash_verify", "verify_start", "verify_summary",
               # a prepared environment serves every commit (and tree) with the same inputs
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
-              "setup_pruned",
+              "setup_pruned", "setup_cache_pruned",
               # plan: about the whole branch (plan_commit carries its number)
               "plan_start", "plan_model", "plan_written", "plan_check",
               # the commands beside execute and verify: about images, containers, the demo
