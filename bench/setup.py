@@ -9,7 +9,11 @@ subtests), makes a repository of it, and prints, each through the real command l
   again, when the prepared environment is found (the alternative: preparing it every time);
 - the test suite's time inside the sandbox against the same command on the host (the command
   alone, and the sandbox's whole verification with its start-up);
-- what the git metadata (`git_metadata = true`, the default) adds to each sandbox of this tree.
+- what the git metadata (`git_metadata = true`, the default) adds to each sandbox of this tree;
+- a second setup of the same inputs (`--no-cache` again) with the package cache the first one
+  filled, against one without it (`--no-package-cache`), and what pip said it downloaded or
+  took from its cache. A registry whose responses lose Cache-Control on the way (a
+  TLS-intercepting proxy) leaves pip's HTTP cache empty: then both download.
 Needs PyPI. Nothing is asserted: these are figures to read.
 """
 
@@ -71,7 +75,7 @@ def make_repo(source: Path, directory: Path) -> Repo:
     return repo
 
 
-def verify(directory: Path, cold: bool) -> tuple[float, dict[str, float]]:
+def verify(directory: Path, cold: bool, *extra: str) -> tuple[float, dict[str, float]]:
     """Wall time of verifying the last commit, and the seconds of its events. Cold:
     `--no-cache`, which prepares the environment again too; warm: with the verification
     results forgotten (so the tests run), from the environment kept."""
@@ -79,7 +83,7 @@ def verify(directory: Path, cold: bool) -> tuple[float, dict[str, float]]:
                    check=False)
     start = time.perf_counter()
     proc = subprocess.run([*CLI, "verify", "main~1..main", "--spec", "bench-spec.toml",
-                           "--json", *(["--no-cache"] if cold else [])], cwd=directory,
+                           "--json", *(["--no-cache"] if cold else []), *extra], cwd=directory,
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
@@ -92,6 +96,9 @@ def verify(directory: Path, cold: bool) -> tuple[float, dict[str, float]]:
             PREPARED.append(str(event["tag"]))
         if event["event"] == "commit_verified":  # no build: its seconds are the tests'
             seen["test"] = float(event["seconds"])
+        line = str(event.get("line", "")) if event["event"] == "setup_output" else ""
+        for said, name in (("Using cached", "cached"), ("Downloading", "downloaded")):
+            seen[name] = seen.get(name, 0) + (1 if said in line else 0)
     return wall, seen
 
 
@@ -132,6 +139,8 @@ def main() -> None:
         warm_wall, warm = verify(directory, cold=False)
         if "setup" in warm:
             sys.exit("the warm verification prepared its environment again")
+        _, cached = verify(directory, True)  # a second setup, from the package cache
+        _, uncached = verify(directory, True, "--no-package-cache")
         host = min(on_host(source) for _ in range(3))
         subprocess.run(["docker", "image", "rm", *PREPARED], check=False, capture_output=True)
     print(f"{args.project}: setup `pip install -r requirements.txt` (pytest>=8), test `{TEST}`")
@@ -146,6 +155,11 @@ def main() -> None:
           f"{warm_wall:6.2f} s   {'on host':>11} {host:6.2f} s")
     print(f"  {'preparing a sandbox workspace':<44} {'git metadata':>13} {with_git:6.2f} s   "
           f"{'without':>11} {without_git:6.2f} s   ({with_git - without_git:+.2f} s)")
+    print(f"  {'second setup, same inputs':<44} {'package cache':>13} "
+          f"{cached.get('setup', 0):6.2f} s   {'without':>11} {uncached.get('setup', 0):6.2f} s")
+    print(f"  {'  pip: files taken from its cache/downloaded':<44} {'package cache':>13} "
+          f"{cached.get('cached', 0):3.0f}/{cached.get('downloaded', 0):<3.0f}    "
+          f"{'without':>11} {uncached.get('cached', 0):3.0f}/{uncached.get('downloaded', 0):.0f}")
 
 
 if __name__ == "__main__":

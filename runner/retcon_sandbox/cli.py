@@ -162,6 +162,9 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-environments", type=positive_int, metavar="N", default=3,
                         help="prepared environments kept per repository (default 3); the "
                         "oldest beyond are removed when a new one is made")
+    parser.add_argument("--no-package-cache", action="store_true",
+                        help="set up without the repository's package cache (pip, uv, npm and "
+                        "cargo downloads kept between setups of the same setup commands)")
 
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:

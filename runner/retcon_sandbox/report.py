@@ -104,7 +104,9 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                              else "") + ")"),
     "setup": lambda d: (f"  Preparing the environment: {d['commands']} setup command(s) on "
                         f"{d['image']}, network {d['network']}"
-                        + (f", trusting {d['ca']}" if d.get("ca") else "")),
+                        + (f", trusting {d['ca']}" if d.get("ca") else "")
+                        + (f"\n    Why: {d['reason']}" if d.get("reason") else "")
+                        + (f"\n    Package cache: {d['cache']}" if d.get("cache") else "")),
     "git_metadata": lambda d: (f"  Git metadata: git describe gives {d['tag']}-N-g<hash>, N "
                                f"each commit's distance from {d['tag']} (here {d['distance']});"
                                " the hash part is synthetic: a commit does not exist yet when "
@@ -112,6 +114,8 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
     "setup_command": lambda d: f"    $ {d['command']}",
     "setup_output": lambda d: f"      {d['line']}",
     "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",
+    "setup_cache_pruned": lambda d: f"  Removed a package cache no kept environment uses: "
+                                    f"{d['volume']}",
     "setup_pruned": lambda d: f"  Removed an older environment of this repository: {d['tag']}",
     "diff": lambda d: f"  Computing diff ({d['lines']} lines)...",
     "extracting": lambda d: "  Extracting relevant changes...",

@@ -21,6 +21,7 @@ from retcon_sandbox.backends.environments import (
     host_ca_bundle,
     inputs,
     setup_files,
+    unmatched_inputs,
 )
 from retcon_sandbox.backends.local import LocalBackend
 from retcon_sandbox.backends.workspace import WorkState
@@ -28,7 +29,7 @@ from retcon_sandbox.errors import RetconError, UsageError
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.report import JsonReporter
-from retcon_sandbox.spec.settings import DEFAULTS, SETTINGS
+from retcon_sandbox.spec.settings import DEFAULTS, SETTINGS, SandboxSettings
 from tests.conftest import git
 
 # The in-container modules, under the names they ship as (mypy checks them as files).
@@ -41,17 +42,21 @@ def entries(**files: str) -> dict[str, TreeEntry]:
             for path, sha in files.items()}
 
 
+SETUP_R = ("pip install -r requirements.txt",)
+
+
 def key_of(files: dict[str, TreeEntry], setup: tuple[str, ...] = ("pip install -e .",),
            image: str = "sha256:1", tag: str | None = None) -> str:
-    return environment_key(image, setup, True, tag, inputs(files, Patterns(DEFAULT_INPUTS)))
+    return environment_key(image, setup, True, tag, inputs(files, Patterns(DEFAULT_INPUTS), setup))
 
 
 def test_the_key_follows_the_inputs_and_nothing_else() -> None:
     base = entries(pyproject_dot_toml="a1", src__app_dot_py="b1", requirements_dot_txt="c1")
     same = key_of(base)
     assert key_of({**base, **entries(src__app_dot_py="b2", README_dot_md="d1")}) == same
-    assert key_of({**base, **entries(requirements_dot_txt="c2")}) != same  # a dependency
-    assert key_of({**base, **entries(requirements__dev_dot_txt="e1")}) != same
+    assert key_of({**base, **entries(requirements_dot_txt="c2")}, setup=SETUP_R) != \
+        key_of(base, setup=SETUP_R)  # a dependency setup reads
+    assert key_of({**base, **entries(requirements__dev_dot_txt="e1")}) == same  # not read
     assert key_of({**base, **entries(package_dot_json="f1")}) != same
     assert key_of({**base, **entries(Cargo_dot_lock="g1")}) != same
     assert key_of({**base, **entries(go_dot_sum="h1")}) != same
@@ -116,7 +121,7 @@ def test_a_named_link_keys_what_it_points_to() -> None:
 def test_default_inputs_are_found_at_any_depth() -> None:
     files = entries(packages__web__package_dot_json="a1", crates__core__Cargo_dot_toml="b1",
                     src__app_dot_py="c1", pyproject_dot_toml="d1")
-    assert [path for path, _, _ in inputs(files, Patterns(DEFAULT_INPUTS))] == [
+    assert list(inputs(files, Patterns(DEFAULT_INPUTS))) == [
         "crates/core/Cargo.toml", "packages/web/package.json", "pyproject.toml"]
 
 
@@ -139,7 +144,11 @@ def test_each_repository_has_its_own_scope(tmp_path: Path) -> None:
 def test_inputs_can_be_chosen() -> None:
     files = entries(pyproject_dot_toml="a1", deps__lock_dot_json="b1")
     chosen = Patterns(("deps/*.json",))
-    assert inputs(files, chosen) == [("deps/lock.json", "100644", "b1")]
+    assert inputs(files, chosen) == {"deps/lock.json": {"": "100644 b1"}}
+    assert inputs(files, Patterns(())) == {}  # setup_inputs = []: none
+    assert SandboxSettings.parse({"setup_inputs": []}).setup_inputs == ()
+    assert unmatched_inputs((), ["a"]) == [] and unmatched_inputs(None, []) == []
+    assert unmatched_inputs(("deps/*.json", "nope/*.lock"), list(files)) == ["nope/*.lock"]
 
 
 @pytest.mark.parametrize(("host", "ok"), [
@@ -297,8 +306,8 @@ def test_a_change_to_an_input_gets_the_commands_a_new_sandbox(tmp_path: Path) ->
     patterns = Patterns(DEFAULT_INPUTS)
 
     def key(tree: str) -> str:
-        return environment_key("sha256:1", ("pip install -r requirements.txt",), True, None,
-                               inputs(repo.ls_tree(tree), patterns))
+        return environment_key("sha256:1", SETUP_R, True, None,
+                               inputs(repo.ls_tree(tree), patterns, SETUP_R))
 
     with contextlib.ExitStack() as stack:
         def opener(tree: str) -> Sandbox:

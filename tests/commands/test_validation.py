@@ -243,3 +243,9 @@ def test_nothing_is_created_for_a_fresh_spec_with_an_error_in_a_later_commit(
     demo = make_demo(tmp_path / "repo", with_paths=True)
     result = refused(edited(demo, 'paths = ["README.md", "docs"]', 'paths = ["README.md", 7]'))
     assert "[[commit]] #4 → paths[1]: expected a path or pattern" in result.err
+
+
+def test_a_setup_input_that_matches_no_file_is_refused(demo: Demo) -> None:
+    result = refused(edited(demo, "[sandbox]", '[sandbox]\nsetup = "true"\n'
+                            'setup_inputs = ["requirements/nope*.txt"]'))
+    assert "[sandbox] → setup_inputs: 'requirements/nope*.txt' match(es) no file" in result.err

@@ -84,6 +84,7 @@ def events(out: str) -> list[dict[str, object]]:
 
 
 MADE: list[str] = []  # the environments these tests prepared, removed at the end
+CACHES: set[str] = set()  # the package caches their setups used, removed at the end
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -91,6 +92,8 @@ def remove_prepared(engine: DockerEngine) -> Iterator[None]:
     yield
     for tag in MADE:
         engine.remove_image(tag)
+    for name in CACHES:
+        engine.remove_volume(name)
 
 
 def run(spec: Path, *extra: str, env: dict[str, str] | None = None
@@ -99,6 +102,7 @@ def run(spec: Path, *extra: str, env: dict[str, str] | None = None
                  timeout=900)
     found = events(result.out)
     MADE.extend(prepared(found))
+    CACHES.update(str(e["cache"]) for e in found if e["event"] == "setup" and e.get("cache"))
     return result.code, found, result.out + result.err
 
 
@@ -472,3 +476,51 @@ def test_a_poisoned_environment_passes_nothing_of_the_users(engine: DockerEngine
     code, found, log = verify(spec, "main")  # its environment is gone: it runs again
     assert code == 3 and len(prepared(found)) == 1, log
     assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [False]
+
+
+CACHE_SETUP = ('setup = ["pip install -r requirements.txt", '
+               '"c=${PIP_CACHE_DIR:-/tmp/none} && mkdir -p $c && touch $c/kept-$(wc -l '
+               '<requirements.txt) && ls $c"]\n')
+
+
+def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
+                                                       tmp_path: Path) -> None:
+    """The second commit adds a dependency: its setup says why it is made, and finds what the
+    first setup left in the repository's package cache (pip's own entries need a registry
+    whose responses carry Cache-Control: this network's TLS proxy strips it, so the test
+    leaves a mark of its own). Builds and tests never see the cache; --no-package-cache sets
+    up without it; `clean` removes a cache no environment uses."""
+    spec = make_project(tmp_path / "cache", {"requirements.txt": f"# {RUN}\nsix==1.16.0\n",
+                                             "t.py": "import six\n"},
+                        {"requirements.txt": f"# {RUN}\nsix==1.16.0\niniconfig==2.0.0\n",
+                         "u.py": "import iniconfig\n", "docs/requirements.txt": "sphinx\n",
+                         "v.py": "import six\n"},
+                        CACHE_SETUP + 'test = "python3 -c \'import os, six; '
+                        'c = \\"/var/cache/retcon-sandbox\\"; '
+                        'assert not os.path.exists(c) or not os.listdir(c)\'"',
+                        ["v.py", "docs/requirements.txt"], ["requirements.txt", "u.py"])
+    code, found, log = run(spec)
+    assert code == 0, log
+    setups = [e for e in found if e["event"] == "setup"]
+    assert [e["reason"] for e in setups] == ["first environment for this repository",
+                                             "requirements.txt changed"], log
+    assert setups[0]["cache"] and setups[0]["cache"] == setups[1]["cache"], log
+    assert engine.has_volume(str(setups[0]["cache"]))
+    lines = [str(e["line"]) for e in found if e["event"] == "setup_output"]
+    # the first setup lists its own mark; the second lists the first's too
+    assert [line for line in lines if line.startswith("kept-")] == ["kept-2", "kept-2",
+                                                                    "kept-3"], log
+    git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
+    result = cli("verify", "--spec", str(spec), "--json", "--no-cache", "--no-package-cache",
+                 cwd=spec.parent, timeout=900)
+    again = events(result.out)
+    MADE.extend(prepared(again))
+    assert result.code == 0, result.out + result.err
+    assert [e["cache"] for e in again if e["event"] == "setup"] == [None, None]
+    assert [str(e["line"]) for e in again if e["event"] == "setup_output"
+            and str(e["line"]).startswith("kept-")] == ["kept-2", "kept-3"], result.out
+    for tag in set(MADE):
+        if engine.has_image(tag):
+            engine.remove_image(tag)
+    assert cli("clean").code == 0
+    assert not engine.has_volume(str(setups[0]["cache"]))  # no environment uses it any more

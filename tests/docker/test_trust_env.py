@@ -138,8 +138,8 @@ def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
 
 def test_the_oldest_environments_beyond_the_limit_are_pruned(engine: DockerEngine,
                                                              tmp_path: Path) -> None:
-    spec = project(tmp_path / "prune", 'setup = "echo one > /var/tmp/one"\n'
-                   'test = "python -m pytest -q"')
+    spec = project(tmp_path / "prune", 'setup = "cat requirements.txt; echo one > /var/tmp/one"'
+                   '\ntest = "python -m pytest -q"')  # setup reads requirements.txt: an input
     scope = scope_digest(repository_scope(Repo(spec.parent)))
     code, found, log = run(spec, "--keep-environments", "1")
     assert code == 0, log

@@ -2,10 +2,12 @@
 as an image every later sandbox of those inputs starts from, offline.
 
 An environment is keyed by the base image's ID, the setup commands, the git-metadata choice and
-version tag, and the content of the files `setup_inputs` matches in the tree being prepared for
-(by default the usual manifests and lock files of Python, Node, Rust and Go projects), and of
-every tracked file a setup command names (`setup_files`: the script it runs, a `-r` file, a
-makefile), so a branch cannot change what setup runs and keep another tree's key. The
+version tag, and what setup reads of the files `setup_inputs` matches in the tree being prepared
+for (by default the usual manifests and lock files of Python, Node, Rust and Go projects; of
+pyproject.toml and Cargo.toml only their dependency tables, see `manifests`), and the whole
+content of every tracked file setup names (`setup_files`: the script it runs, a `-r` file, a
+makefile, and what those name in turn), so a branch cannot change what setup runs and keep
+another tree's key. The `setup` event says why a new environment is made (`why_new`). The
 verification cache keys each result on the prepared image's own ID too (`prepared_id`). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
@@ -16,6 +18,9 @@ is a short name the engine would take as an image ID prefix.
 What a setup writes is measured before it is kept (`--setup-disk`), and at most
 `--keep-environments` environments are kept per repository: the oldest beyond are removed
 after a new one is made.
+
+Setup's downloads are kept in a package cache (a volume, `cache_name`) per repository and per
+what setup runs, mounted into setup containers only (`--no-package-cache` to go without).
 
 Setup is the only step with network: by default (`--setup-network registries`, chosen on the
 command line only) it sits on an internal network whose only way out is an egress proxy that
@@ -39,11 +44,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retcon_sandbox.archive import TarStream, spooled
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends import images, manifests
 from retcon_sandbox.backends.api import Backend, Sandbox
-from retcon_sandbox.backends.hostaccess import SetupPolicy
-from retcon_sandbox.backends.images import ENV_NAME, LABEL_ENV_BASE, LABEL_ENV_SCOPE
-from retcon_sandbox.errors import ImageError, SetupError
+from retcon_sandbox.backends.hostaccess import CACHE_PATH, SetupPolicy
+from retcon_sandbox.backends.images import (
+    ENV_NAME,
+    LABEL_CACHE_SCOPE,
+    LABEL_ENV_BASE,
+    LABEL_ENV_CACHE,
+    LABEL_ENV_INPUTS,
+    LABEL_ENV_SCOPE,
+)
+from retcon_sandbox.backends.manifests import Fingerprint, ReadBlob
+from retcon_sandbox.errors import ConfigError, ImageError, SetupError
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.report import Reporter
@@ -54,15 +67,19 @@ if TYPE_CHECKING:
     from retcon_sandbox.backends.docker.engine import DockerEngine
     from retcon_sandbox.backends.docker.sandboxes import DockerBackend, DockerSandbox
 
-DEFAULT_INPUTS = tuple(f"**/{name}" for name in (  # at any depth (workspaces, monorepos)
-    "pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "requirements/*.txt",
-    "constraints*.txt", "Pipfile", "Pipfile.lock", "poetry.lock", "pdm.lock", "uv.lock",
+# At any depth (workspaces, monorepos). Requirements and constraints files key it when setup
+# reads them: named by a command, by a file setup reads (`-r base.txt`), or by pyproject.toml's
+# [tool.setuptools.dynamic]; a docs/requirements.txt that no setup reads does not.
+DEFAULT_INPUTS = tuple(f"**/{name}" for name in (
+    "pyproject.toml", "setup.py", "setup.cfg", "Pipfile", "Pipfile.lock", "poetry.lock",
+    "pdm.lock", "uv.lock",
     "package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
     "Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "go.mod", "go.sum",
 ))
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
 CA_LIMIT = 16 * 1024 * 1024
+CACHE_PREFIX = "retcon-sandbox-cache-"
 OUTPUT_TAIL = 30
 
 
@@ -164,8 +181,11 @@ class Environments:
         self.policy = policy
         self.report = report
         self.tag = repo.describe_tag(source) if settings.git_metadata else None
-        self._inputs = Patterns(settings.setup_inputs or DEFAULT_INPUTS)
+        chosen = settings.setup_inputs
+        self._inputs = Patterns(DEFAULT_INPUTS if chosen is None else chosen)  # [] is none
         self._keys: dict[str, str | None] = {}
+        self._records: dict[str, dict[str, object]] = {}  # key -> what it is made from
+        self._caches: dict[str, str] = {}  # key -> the package cache its setup uses
         self._scope: str | None = None  # see scope()
         self._fresh = fresh
         self._prepared: set[str] = set()  # the keys this run prepared
@@ -204,15 +224,27 @@ class Environments:
         if tree not in self._keys:
             with self.git_lock:
                 entries = self.repo.ls_tree(tree)
-                files = inputs(entries, self._inputs, self.settings.setup, self._link_target)
-            self._keys[tree] = environment_key(
-                self.docker.engine.image_id(self.docker.image), self.settings.setup,
-                self.settings.git_metadata, self.tag, files, self.scope())
+                files = inputs(entries, self._inputs, self.settings.setup, self._link_target,
+                               self._manifest)
+            image_id = self.docker.engine.image_id(self.docker.image)
+            key = environment_key(image_id, self.settings.setup, self.settings.git_metadata,
+                                  self.tag, files, self.scope())
+            self._keys[tree] = key
+            self._records[key] = input_record(image_id, self.settings.setup,
+                                              self.settings.git_metadata, self.tag, files)
+            if self.policy.package_cache:
+                with self.git_lock:
+                    self._caches[key] = cache_name(self.scope(), self.settings.setup, entries,
+                                                   self._link_target, self._manifest)
         return self._keys[tree]
 
     def _link_target(self, entry: TreeEntry) -> str:
         data = self.repo.small_blob(entry.sha, 4096)
         return data.decode("utf-8", "replace") if data else ""
+
+    def _manifest(self, blob: str) -> bytes | None:
+        """A manifest's bytes, read from git into memory only (never checked out)."""
+        return self.repo.small_blob(blob, manifests.MANIFEST_LIMIT)
 
     def prepared_id(self, tree: str) -> str | None:
         """The ID of the image `tree`'s environment is (part of the verification cache's key:
@@ -309,7 +341,8 @@ class Environments:
                 self._ids.setdefault(key, docker.engine.image_id(tag))
                 return tag
             replaced = docker.engine.image_id(tag) if kept else None
-            self._run_setup(docker, tree, repository, key, version or (self.tag, 0))
+            self._run_setup(docker, tree, repository, key, version or (self.tag, 0),
+                            again=kept)
             self._prepared.add(key)
             self._ids[key] = docker.engine.image_id(tag)
             if replaced is not None and replaced != self._ids[key]:
@@ -330,6 +363,18 @@ class Environments:
                 with contextlib.suppress(ImageError):  # in use by another run: next time
                     engine.remove_image(tag)
                     self.report.emit("setup_pruned", tag=tag)
+        self._prune_caches(engine)
+
+    def _prune_caches(self, engine: DockerEngine) -> None:
+        """Remove this repository's package caches that no kept environment was made with
+        (and that this run does not use): they go with their environments."""
+        scope = scope_digest(self.scope())
+        kept = {r.labels.get(LABEL_ENV_CACHE) for r in engine.images_labelled(LABEL_ENV_SCOPE,
+                                                                             scope)}
+        for name in engine.volumes_labelled(LABEL_CACHE_SCOPE, scope):
+            unused = name not in kept and name not in self._caches.values()
+            if unused and engine.remove_volume(name):  # else in use by another run: next time
+                self.report.emit("setup_cache_pruned", volume=name)
 
     def _prepare_workspace(self, box: DockerSandbox, version: Version) -> None:
         tag, distance = version
@@ -357,19 +402,28 @@ class Environments:
     # -- setup -------------------------------------------------------------------------------
 
     def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str,
-                   version: Version) -> None:
+                   version: Version, again: bool) -> None:
         started = time.monotonic()
         commands = self.settings.setup
         ca = host_ca_bundle()
+        record = self._records.get(key, {})
+        cache = self._caches.get(key)
         self.report.emit("setup", image=docker.image, key=key, network=self.policy.network,
-                         commands=len(commands), ca=str(ca[0]) if ca else None)
+                         commands=len(commands), ca=str(ca[0]) if ca else None,
+                         reason=self._why(docker.engine, record, again), cache=cache)
+        if cache is not None:
+            docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
         with docker.open_setup("setup", self.policy.network, self.policy.registries,
-                               ca[1] if ca else None) as box:
+                               ca[1] if ca else None, cache) as box:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
             self._prepare_workspace(box, version)
+            if cache is not None:
+                self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in")
             for command in commands:
                 self._setup_command(docker, box, command)
+            if cache is not None:
+                self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded")
             kept = box.snapshot()
             if not kept.passed:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
@@ -378,9 +432,32 @@ class Environments:
             self._check_disk(docker, box)
             docker.commit_image(box, repository, key, {
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
-                "retcon-sandbox.env.setup": json.dumps(commands)[:4000]})
+                "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
+                LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1))
+
+    def _cargo(self, box: DockerSandbox, script: str, what: str) -> None:
+        """Cargo keeps its downloads in $CARGO_HOME, which the image must hold for offline
+        builds: they are copied between it and the cache (a failure only costs downloads)."""
+        result = box.run(script, self.settings.timeout)
+        if not result.passed:
+            self.report.emit("warning", message=f"package cache: {what} failed "
+                             f"({result.verdict()}): {result.output.strip()[-300:]}")
+
+    def _why(self, engine: DockerEngine, record: dict[str, object], again: bool) -> str:
+        """Why this environment is made: against the newest one of this repository."""
+        if again:
+            return why_new(None, record, fresh=True)
+        mine = engine.images_labelled(LABEL_ENV_SCOPE, scope_digest(self.scope()))
+        if not mine:
+            return why_new(None, record)
+        newest = max(mine, key=lambda r: float(r.created or 0))
+        previous: dict[str, object] = {}
+        with contextlib.suppress(ValueError, TypeError):
+            loaded = json.loads(newest.labels.get(LABEL_ENV_INPUTS, ""))
+            previous = loaded if isinstance(loaded, dict) else {}
+        return why_new(previous, record)
 
     def _check_disk(self, docker: DockerBackend, box: DockerSandbox) -> None:
         """What setup wrote to the image's layer (the workspace files it made are kept there
@@ -414,6 +491,33 @@ class Environments:
         elif self.policy.network == "none":
             hint += " Setup ran with --setup-network none: it had no network."
         raise SetupError(f"setup command failed ({result.verdict()}): {command}\n{tail}", hint)
+
+
+_C = CACHE_PATH + "/cargo/registry"
+CARGO_FROM_CACHE = (f'if [ -n "${{CARGO_HOME:-}}" ] && [ -d {_C} ]; then '
+                    f'mkdir -p "$CARGO_HOME/registry" && cp -R {_C}/. "$CARGO_HOME/registry/"; fi')
+CARGO_TO_CACHE = (f'if [ -n "${{CARGO_HOME:-}}" ] && [ -d "$CARGO_HOME/registry" ]; then '
+                  f'mkdir -p {_C} && for d in cache index; do '
+                  f'if [ -d "$CARGO_HOME/registry/$d" ]; then cp -R "$CARGO_HOME/registry/$d" '
+                  f'{_C}/; fi; done; fi')
+# Named files that setup reads as data, not runs: they key its environment, not its cache.
+DATA_SUFFIXES = (".txt", ".in", ".toml", ".lock", ".json", ".yaml", ".yml", ".cfg", ".sum",
+                 ".mod")
+DATA_NAMES = ("Pipfile",)
+
+
+def cache_name(scope: str, setup: tuple[str, ...], entries: dict[str, TreeEntry],
+               link: LinkTarget | None = None, read: ReadBlob | None = None) -> str:
+    """The package cache (a volume) a setup uses: one per repository and per what setup runs,
+    its commands and the content of the files they name that are not data (scripts, makefiles,
+    a vendored package's code). A branch that changes the setup script gets a cache of its own;
+    one that changes only a requirements file shares the cache, and downloads what is new."""
+    runs = sorted((path, entries[path].mode, entries[path].sha)
+                  for path in setup_files(setup, entries, link, read)
+                  if not path.endswith(DATA_SUFFIXES)
+                  and path.rsplit("/", 1)[-1] not in DATA_NAMES)
+    text = json.dumps({"v": 1, "repository": scope, "setup": list(setup), "runs": runs})
+    return f"{CACHE_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
 
 def repository_scope(repo: Repo) -> str:
@@ -468,45 +572,85 @@ def check_spec_image(engine: DockerEngine, name: str, scope: str | None) -> None
 LinkTarget = Callable[[TreeEntry], str]  # the text of a tracked symbolic link
 
 
+def manifest_references(entries: dict[str, TreeEntry], read: ReadBlob | None
+                        ) -> tuple[str, ...]:
+    """The files each pyproject.toml's [tool.setuptools.dynamic] reads (`file = [...]`),
+    from the root."""
+    if read is None:
+        return ()
+    found: list[str] = []
+    for path, entry in entries.items():
+        if path.rsplit("/", 1)[-1] == "pyproject.toml" and entry.mode in manifests.REGULAR:
+            data = read(entry.sha)
+            if data is not None and len(data) <= manifests.MANIFEST_LIMIT:
+                directory = path.rpartition("/")[0]
+                found += filter(None, (_normal(_joined(directory, name))
+                                       for name in manifests.dynamic_files(data)))
+    return tuple(found)
+
+
 def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, ...] = (),
-           link: LinkTarget | None = None) -> list[tuple[str, str, str]]:
-    """The files that key the environment: (path, mode, blob) of each match of `patterns`, and
-    of each tracked file a setup command names (`setup_files`), sorted."""
-    named = setup_files(setup, entries, link)
-    return sorted((path, e.mode, e.sha) for path, e in entries.items()
-                  if path in named or patterns.matches(path))
+           link: LinkTarget | None = None, read: ReadBlob | None = None) -> Fingerprint:
+    """The files that key the environment, each with its parts (see `manifests`): each match
+    of `patterns`, narrowed to what setup reads of it when `read` gives its bytes (the
+    dependency tables of pyproject.toml and Cargo.toml), and each tracked file a setup command
+    names (`setup_files`), always by its whole content: what setup runs keys it in full."""
+    named = setup_files(setup, entries, link, read, manifest_references(entries, read))
+    return {path: (manifests.whole(e.mode, e.sha) if path in named
+                   else manifests.parts(path, e.mode, e.sha, read))
+            for path, e in sorted(entries.items()) if path in named or patterns.matches(path)}
 
 
 _WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _SYMLINK_HOPS = 8
+_SCANNED = 64  # named files whose text is read for the files they name in turn
+_SCAN_LIMIT = 256 * 1024
 
 
 def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
-                link: LinkTarget | None = None) -> set[str]:
-    """The tracked files that setup commands name, and so may run. A word of a command (split
-    loosely, so that quoted and nested commands, `-r FILE`, `-rFILE`, `--opt=FILE` and `<FILE`
-    count too) names a path from the root or from any directory a `cd` in the command names;
-    a named file counts, and so does every file under a named directory (but the root); `make`
-    names the makefiles; a tracked symbolic link names its target too. Naming more than setup
-    runs only prepares an environment more often."""
-    found: set[str] = set()
+                link: LinkTarget | None = None, read: ReadBlob | None = None,
+                also: tuple[str, ...] = ()) -> set[str]:
+    """The tracked files that setup commands name, and so may run or read. A word of a command
+    (split loosely, so that quoted and nested commands, `-r FILE`, `-rFILE`, `--opt=FILE` and
+    `<FILE` count too) names a path from the root or from any directory a `cd` in the command
+    names; a named file counts, and so does every file under a named directory (but the root);
+    `make` names the makefiles; a tracked symbolic link names its target too. With `read`, the
+    text of each named file is read the same way (from the root and from its own directory):
+    the script a script sources, the `-r base.txt` of a requirements file. `also`: paths named
+    otherwise (a manifest's file references). Naming more than setup reads only prepares an
+    environment more often."""
+    found: set[str] = set(also)
     for command in setup:
-        directories = [""]
-        words = _WORD.findall(command)
-        for previous, word in zip(["", *words], words, strict=False):
-            candidates = {word, word[2:]} if word.startswith("-") and len(word) > 2 else {word}
-            for path in filter(None, map(_normal, candidates)):
-                if previous == "cd":
-                    directories.append(path if path != "." else "")
-                found.update(_joined(directory, path) for directory in directories)
-            if word.rsplit("/", 1)[-1] in ("make", "gmake"):
-                found.update(_joined(d, name) for d in directories for name in _MAKEFILES)
+        found.update(_named_by(command, [""]))
+    return _followed(found, entries, link, read)
+
+
+def _named_by(text: str, directories: list[str]) -> set[str]:
+    found: set[str] = set()
+    directories = list(directories)
+    words = _WORD.findall(text)
+    for previous, word in zip(["", *words], words, strict=False):
+        candidates = {word, word[2:]} if word.startswith("-") and len(word) > 2 else {word}
+        for path in filter(None, map(_normal, candidates)):
+            if previous == "cd":
+                directories.append(path if path != "." else "")
+            found.update(filter(None, (_normal(_joined(d, path)) for d in directories)))
+        if word.rsplit("/", 1)[-1] in ("make", "gmake"):
+            found.update(_joined(d, name) for d in directories for name in _MAKEFILES)
     found.discard(".")
+    return found
+
+
+def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget | None,
+              read: ReadBlob | None) -> set[str]:
+    """`found` with the files under named directories, the targets of named links and (with
+    `read`) what named files name in turn."""
     named: set[str] = set()
     pending = sorted(found)
     hops = 0
-    while pending and hops <= _SYMLINK_HOPS * max(1, len(found)):
+    scanned = 0
+    while pending and hops <= _SYMLINK_HOPS * max(1, len(found)) + _SCANNED:
         hops += 1
         path = pending.pop()
         entry = entries.get(path)
@@ -517,10 +661,18 @@ def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
         if path in named:
             continue
         named.add(path)
+        directory = path.rpartition("/")[0]
         if entry.mode == "120000" and link is not None:
-            target = _normal(_joined(path.rpartition("/")[0], link(entry)))
+            target = _normal(_joined(directory, link(entry)))
             if target and target != ".":
                 pending.append(target)
+        elif read is not None and scanned < _SCANNED and entry.mode in manifests.REGULAR:
+            scanned += 1
+            data = read(entry.sha)
+            if data is not None and len(data) <= _SCAN_LIMIT and b"\0" not in data:
+                text = data.decode("utf-8", "replace")
+                pending.extend(sorted(_named_by(text, ["", directory] if directory else [""])
+                                      - named))
     return named
 
 
@@ -547,10 +699,75 @@ def _joined(directory: str, path: str) -> str:
 
 
 def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
-                    files: list[tuple[str, str, str]], scope: str = "") -> str:
-    text = json.dumps({"v": 1, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
-                       "inputs": files, "repository": scope})
+                    files: Fingerprint, scope: str = "") -> str:
+    text = json.dumps({"v": 2, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
+                       "inputs": files, "repository": scope}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def input_record(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
+                 files: Fingerprint) -> dict[str, object]:
+    """What an environment was made from, kept in its label (LABEL_ENV_INPUTS) so that the
+    next one can say why it is made."""
+    return {"image": image_id, "setup": list(setup), "git": git, "tag": tag, "inputs": files}
+
+
+def why_new(previous: dict[str, object] | None, current: dict[str, object],
+            fresh: bool = False) -> str:
+    """Why an environment is made, against the newest one of the repository (`previous`, the
+    record of its label; None when there is none)."""
+    if fresh:
+        return "--no-cache: prepared again"
+    if previous is None:
+        return "first environment for this repository"
+    if not previous:
+        return "the inputs changed (the newest environment kept no record of its own)"
+    said = []
+    if previous.get("setup") != current["setup"]:
+        said.append("setup commands changed")
+    if previous.get("image") != current["image"]:
+        said.append("the base image changed")
+    if previous.get("git") != current["git"] or previous.get("tag") != current["tag"]:
+        said.append("the git metadata changed (version tag)")
+    old = previous.get("inputs")
+    said += manifests.changes(old if isinstance(old, dict) else None,
+                              current["inputs"])  # type: ignore[arg-type]
+    if not said:
+        return ("the environment of these inputs is no longer kept" if isinstance(old, dict)
+                else "the inputs changed")
+    shown = said[:4] + ([f"and {len(said) - 4} more"] if len(said) > 4 else [])
+    return ", ".join(shown)
+
+
+LABEL_LIMIT = 256 * 1024
+
+
+def record_label(record: dict[str, object]) -> str:
+    """An input record as a label: without the inputs when they would make it too long."""
+    text = json.dumps(record, sort_keys=True)
+    return text if len(text) <= LABEL_LIMIT else json.dumps({**record, "inputs": None})
+
+
+def check_inputs(repo: Repo, settings: SandboxSettings, revisions: list[str], names: str
+                 ) -> None:
+    """Each pattern of the spec's `setup_inputs` must match a file of one of `revisions`
+    (`names` says which, for the message): checked before anything is written."""
+    chosen = settings.setup_inputs
+    if not settings.setup or not chosen:
+        return
+    paths = sorted({p for rev in revisions for p in repo.ls_tree(rev)})
+    unmatched = unmatched_inputs(chosen, paths)
+    if unmatched:
+        raise ConfigError("[sandbox] → setup_inputs: " + ", ".join(map(repr, unmatched))
+                          + f" match(es) no file in {names}",
+                          "Check the spelling (patterns use git's glob rules: "
+                          "`requirements/*.txt`, `**/Cargo.toml`), or remove the pattern; "
+                          "`setup_inputs = []` keys the environment on no file.")
+
+
+def unmatched_inputs(patterns: tuple[str, ...] | None, paths: list[str]) -> list[str]:
+    """The user's `setup_inputs` patterns that match none of `paths` (the defaults may)."""
+    return [] if patterns is None else Patterns(patterns).unmatched(paths)
 
 
 class _LineSplitter:

@@ -44,6 +44,7 @@ REGISTRIES = (
 SETUP_NETWORKS = ("registries", "full", "none")
 SETUP_DISK = 4 * 1024**3
 KEEP_ENVIRONMENTS = 3
+CACHE_PATH = "/var/cache/retcon-sandbox"  # the package cache, in setup containers only
 _HOST = re.compile(r"\.?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class SetupPolicy:
     extra_registries: tuple[str, ...] = ()
     disk: int = SETUP_DISK  # --setup-disk: the most a setup may write (bytes)
     keep: int = KEEP_ENVIRONMENTS  # --keep-environments: prepared environments per repository
+    package_cache: bool = True  # --no-package-cache: setup downloads everything each time
 
     @property
     def registries(self) -> tuple[str, ...]:
@@ -74,7 +76,8 @@ class HostAccess:
 def from_command_line(names: list[str] | None, allow_pull: bool,
                       setup_network: str = "registries",
                       registries: list[str] | None = None, setup_disk: int = SETUP_DISK,
-                      keep_environments: int = KEEP_ENVIRONMENTS) -> HostAccess:
+                      keep_environments: int = KEEP_ENVIRONMENTS,
+                      package_cache: bool = True) -> HostAccess:
     """`--pass-env` names checked against the host's environment, `--setup-registry` names
     checked as host names, before anything runs."""
     chosen: dict[str, str] = {}
@@ -82,7 +85,8 @@ def from_command_line(names: list[str] | None, allow_pull: bool,
         chosen[name] = _checked(name)
     hosts = tuple(_host(h) for h in registries or ())
     return HostAccess(tuple(sorted(chosen.items())), allow_pull,
-                      SetupPolicy(setup_network, hosts, setup_disk, keep_environments))
+                      SetupPolicy(setup_network, hosts, setup_disk, keep_environments,
+                                  package_cache))
 
 
 def _host(text: str) -> str:

@@ -37,6 +37,9 @@ from retcon_sandbox.resources import dockerfiles
 ENV_NAME = "env"  # prepared environments are tagged <prefix>/env:<key>
 LABEL_ENV_BASE = "retcon-sandbox.env.base"  # the image a prepared environment was made from
 LABEL_ENV_SCOPE = "retcon-sandbox.env.scope"  # a hash of the repository scope it belongs to
+LABEL_ENV_INPUTS = "retcon-sandbox.env.inputs"  # what it was made from (to say why the next is)
+LABEL_ENV_CACHE = "retcon-sandbox.env.cache"  # the package cache its setup used
+LABEL_CACHE_SCOPE = "retcon-sandbox.cache.scope"  # a package cache's repository (a hash)
 
 REPOSITORY = "retcon-sandbox"
 REGISTRY_BASE = "debian:bookworm-slim"
@@ -280,13 +283,26 @@ def environments(engine: DockerEngine, present: set[str]) -> list[Listed]:
 
 def prune(engine: DockerEngine, progress: Progress, environments: bool = False) -> list[str]:
     """Remove our images whose tags are not current (built from older inputs), prepared
-    environments whose base is stale, and with `environments`, every prepared environment."""
+    environments whose base is stale, and with `environments`, every prepared environment;
+    then every package cache no environment left uses."""
     stale = [row.tag for row in listing(engine) if row.state.startswith("stale")
              or (environments and row.name == ENV_NAME)]
     for tag in reversed(stale):  # prepared environments before the images they came from
         engine.remove_image(tag)
         progress(f"Removed {tag}")
-    return stale
+    return stale + prune_caches(engine, progress)
+
+
+def prune_caches(engine: DockerEngine, progress: Progress) -> list[str]:
+    """Remove the package caches (volumes) that no prepared environment left was made with."""
+    used = {engine.image_labels(tag).get(LABEL_ENV_CACHE)
+            for tag in engine.image_tags(f"{prefix()}/{ENV_NAME}:")}
+    removed = []
+    for name in sorted(engine.volumes_labelled(LABEL_CACHE_SCOPE)):
+        if name not in used and engine.remove_volume(name):
+            progress(f"Removed the package cache {name}")
+            removed.append(name)
+    return removed
 
 
 def debian_base(engine: DockerEngine, progress: Progress) -> str:

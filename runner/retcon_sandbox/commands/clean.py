@@ -1,13 +1,14 @@
 """`retcon-sandbox clean`: remove the sandbox containers of runs that are no longer alive (killed
 with -9, or on a host that rebooted). A run in progress keeps its containers, and so does a run
-on another host sharing the engine; `--all` removes those too."""
+on another host sharing the engine; `--all` removes those too. Without spec names, it also
+removes the package caches that no prepared environment uses."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from retcon_sandbox.backends import liveness
+from retcon_sandbox.backends import images, liveness
 from retcon_sandbox.backends.docker.engine import LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import EXIT_OK
 from retcon_sandbox.report import JsonReporter
@@ -38,12 +39,16 @@ def run(args: argparse.Namespace) -> int:
         if (not specs or labels.get(LABEL_SPEC) in specs) and removable(labels, here, args.all):
             engine.remove_network(network_id)
             networks += 1
+    # Package caches no prepared environment uses (one a setup still uses is kept)
+    caches = [] if specs else images.prune_caches(engine, lambda _: None)
     if getattr(args, "json", False):
         JsonReporter().emit("clean", removed=removed, kept=kept, networks=networks,
-                            all=bool(args.all))
+                            caches=len(caches), all=bool(args.all))
         return EXIT_OK
     print(f"Removed {removed} sandbox container(s)." if removed else
           "No sandbox containers of finished runs left.")
+    if caches:
+        print(f"Removed {len(caches)} package cache(s) no prepared environment uses.")
     if kept:
         print(f"Kept {kept} of runs still in progress (or on other hosts); `retcon-sandbox clean "
               "--all` removes them too.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retcon_sandbox.backends import hostaccess
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
     ModelOptions,
     check_base_url,
@@ -72,6 +72,7 @@ class ExecuteOptions:
     setup_registry: tuple[str, ...] = ()
     setup_disk: int = hostaccess.SETUP_DISK
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
+    package_cache: bool = True
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
 
@@ -91,6 +92,7 @@ class ExecuteOptions:
                    base_check=not args.no_base_check, setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
+                   package_cache=not args.no_package_cache,
                    limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes)
 
 
@@ -103,7 +105,8 @@ def execute(options: ExecuteOptions) -> int:
     check_base_url(options.base_url)
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
-                                          options.setup_disk, options.keep_environments)
+                                          options.setup_disk, options.keep_environments,
+                                          options.package_cache)
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)
@@ -115,6 +118,8 @@ def execute(options: ExecuteOptions) -> int:
         checks.source_names(repo, revs)
         tip = repo.branch_sha(spec.cleaned) or revs.base
         checks.path_patterns(repo, spec, tip, revs.source)
+        check_inputs(repo, spec.sandbox, [revs.base, revs.source],
+                     f"{spec.remote} or {spec.source}")
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed
                              ).settings(spec.model) \

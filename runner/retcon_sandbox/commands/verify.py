@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from retcon_sandbox.backends import hostaccess
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
     engine_in_use,
     find_repo,
@@ -94,9 +94,12 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     reporter: Reporter = JsonReporter() if args.json else HumanReporter()
     access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
                                           args.setup_registry, args.setup_disk,
-                                          args.keep_environments)
+                                          args.keep_environments,
+                                          not args.no_package_cache)
     plan = make_plan(args, reporter)
     settings = plan.settings
+    if plan.rows:
+        check_inputs(plan.repo, settings, [plan.rows[0].sha, plan.rows[-1].sha], plan.label)
     commands = Commands(settings.build, final_test(settings, args.test), settings.timeout,
                         frozenset(args.skip))
     if not (commands.planned("build") or commands.planned("test")):

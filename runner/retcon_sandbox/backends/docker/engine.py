@@ -383,6 +383,46 @@ class DockerEngine:
             raise ImageError(f"cannot list images: {_first_line(exc)}") from None
         return [_record(i, i.get("Labels")) for i in found]
 
+    # -- volumes (setup's package caches) ---------------------------------------------------
+
+    def has_volume(self, name: str) -> bool:
+        try:
+            self.client.volumes.get(name)
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot inspect volume {name}: {_first_line(exc)}") from None
+        return True
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> None:
+        try:
+            self.client.volumes.create(name=name, labels=labels)
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot create volume {name}: {_first_line(exc)}") from None
+
+    def volumes_labelled(self, label: str, value: str | None = None) -> dict[str, dict[str, str]]:
+        """Every volume carrying `label` (equal to `value` if given): name -> labels."""
+        wanted = label if value is None else f"{label}={value}"
+        try:
+            found = self.client.volumes.list(filters={"label": wanted})
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list volumes: {_first_line(exc)}") from None
+        return {str(v.name): dict(v.attrs.get("Labels") or {}) for v in found}
+
+    def remove_volume(self, name: str) -> bool:
+        """Remove a volume; False when a container still uses it (it is kept)."""
+        try:
+            self.client.volumes.get(name).remove()
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                return False
+            raise EngineError(f"cannot remove volume {name}: {_first_line(exc)}") from None
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot remove volume {name}: {_first_line(exc)}") from None
+        return True
+
     def container_written(self, container_id: str) -> int:
         """What a container wrote to its own layer (SizeRw), in bytes."""
         try:

@@ -33,6 +33,7 @@ from retcon_sandbox.backends.api import (
 )
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine, EngineError
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
+from retcon_sandbox.backends.hostaccess import CACHE_PATH
 from retcon_sandbox.errors import ImageError, SandboxError
 from retcon_sandbox.resources import egress_source, helper_source
 from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
@@ -54,6 +55,11 @@ PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")  # in PATH's usual orde
 _LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\" -I -S \"$@\"; "
            f"fi; done; echo 'retcon-sandbox: no python3 in /usr/local/bin or /usr/bin' >&2; "
            "exit 127")
+# Setup's package cache (a volume at CACHE_PATH, mounted into setup containers only): where
+# each tool keeps its downloads. Cargo's downloads must be in the image for offline builds:
+# they are copied in before setup and back after it (see Environments).
+CACHE_VARIABLES = {"PIP_CACHE_DIR": f"{CACHE_PATH}/pip", "UV_CACHE_DIR": f"{CACHE_PATH}/uv",
+                   "UV_LINK_MODE": "copy", "npm_config_cache": f"{CACHE_PATH}/npm"}
 # Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
 # egress proxy alone (older engines forwarded internal networks' queries, CVE-2024-29018).
 NO_DNS = "192.0.2.1"
@@ -177,15 +183,20 @@ class DockerBackend:
 
     @contextlib.contextmanager
     def open_setup(self, label: str, network: str, registries: tuple[str, ...],
-                   ca_bundle: bytes | None) -> Iterator[DockerSandbox]:
+                   ca_bundle: bytes | None, cache: str | None = None
+                   ) -> Iterator[DockerSandbox]:
         """A sandbox for `[sandbox] setup`: hardened like any other, but its root is writable
         (it becomes the prepared image) and it has the network `network` names: `registries`
         (an internal network whose only way out is the egress proxy), `full` or `none`. The
         variables naming the proxy and the host's CA bundle reach the setup's commands only;
-        the bundle's file (public certificates) stays in the image at CA_PATH."""
+        the bundle's file (public certificates) stays in the image at CA_PATH. `cache`: the
+        package cache's volume, mounted at CACHE_PATH (never part of the image)."""
         with contextlib.ExitStack() as stack:
             kwargs = {**self.create_kwargs(label), "read_only": False}
             env = dict(self.env)
+            if cache is not None:
+                kwargs["volumes"] = {cache: {"bind": CACHE_PATH, "mode": "rw"}}
+                env.update(CACHE_VARIABLES)
             if network == "registries":
                 kwargs.pop("network_mode")
                 kwargs["network"], proxy = stack.enter_context(self._egress(registries))
@@ -198,6 +209,33 @@ class DockerBackend:
             box = stack.enter_context(self._sandbox(kwargs, env, ca_bundle,
                                                     network_allowed=network != "none"))
             yield box
+
+    def ensure_cache(self, name: str, labels: dict[str, str]) -> None:
+        """The package cache's volume, made if missing and given to the commands' uid: by a
+        short container of our own base image, as root with CHOWN only, which runs nothing
+        but `chown` (the engine makes a new volume's root root's)."""
+        if self.engine.has_volume(name):
+            return
+        self.engine.create_volume(name, labels)
+        kwargs = {**self.create_kwargs("cache", self.proxy_image or self.image),
+                  "user": "0:0", "cap_add": ["CHOWN"],
+                  "volumes": {name: {"bind": CACHE_PATH, "mode": "rw"}}}
+        kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
+                                                                           "/workspace")}
+        try:
+            container_id = self.engine.create_container(kwargs)
+        except EngineError as exc:
+            raise SandboxError(f"cannot prepare the package cache {name}: {exc}") from None
+        try:
+            self.engine.start_container(container_id)
+            self.engine.exec_run(container_id, ["chown", f"{COMMAND_UID}:{GID}", CACHE_PATH],
+                                 "0:0")
+        except EngineError as exc:
+            self.engine.discard_container(container_id)
+            self.engine.remove_volume(name)  # never left unprepared
+            raise SandboxError(f"cannot prepare the package cache {name}: {exc}",
+                               "Give --no-package-cache to set up without it.") from None
+        self.engine.discard_container(container_id)
 
     def commit_image(self, box: DockerSandbox, repository: str, tag: str,
                      labels: dict[str, str]) -> None:

@@ -1,0 +1,194 @@
+"""What of a manifest keys a prepared environment (pure: blobs are bytes in a dict)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from retcon_sandbox.backends.environments import (
+    DEFAULT_INPUTS,
+    cache_name,
+    environment_key,
+    inputs,
+    setup_files,
+    why_new,
+)
+from retcon_sandbox.backends.manifests import changes, dynamic_files, parts
+from retcon_sandbox.paths import Patterns
+from retcon_sandbox.repo.gitrepo import TreeEntry
+
+PYPROJECT = b"""\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "app"
+version = "1.0"
+dependencies = ["six==1.16.0"]
+
+[project.optional-dependencies]
+test = ["pytest"]
+
+[tool.ruff]
+line-length = 100
+"""
+CARGO = b"""\
+[package]
+name = "app"
+version = "0.1.0"
+
+[dependencies]
+serde = "1"
+
+[target.'cfg(unix)'.dependencies]
+libc = "0.2"
+
+[lints.rust]
+unsafe_code = "forbid"
+"""
+CARGO_LOCK = b"""\
+version = 3
+
+[[package]]
+name = "app"
+version = "0.1.0"
+dependencies = ["serde"]
+
+[[package]]
+name = "serde"
+version = "1.0.1"
+source = "registry+https://github.com/rust-lang/crates.io-index"
+checksum = "aa"
+"""
+
+
+class Blobs:
+    """A tree of files held as bytes, keyed like git (by a digest of their content)."""
+
+    def __init__(self, **files: bytes) -> None:
+        self.data: dict[str, bytes] = {}
+        self.tree: dict[str, TreeEntry] = {}
+        for name, content in files.items():
+            self.put(name.replace("__", "/").replace("_dot_", "."), content)
+
+    def put(self, path: str, content: bytes) -> Blobs:
+        sha = hashlib.sha1(content).hexdigest()
+        self.data[sha] = content
+        self.tree[path] = TreeEntry("100644", sha)
+        return self
+
+    def edited(self, path: str, old: bytes, new: bytes) -> Blobs:
+        copy = Blobs()
+        copy.data, copy.tree = dict(self.data), dict(self.tree)
+        content = self.data[self.tree[path].sha]
+        assert old in content
+        return copy.put(path, content.replace(old, new))
+
+    def key(self, setup: tuple[str, ...] = ("pip install -e .",)) -> str:
+        found = inputs(self.tree, Patterns(DEFAULT_INPUTS), setup, None, self.data.get)
+        return environment_key("sha256:1", setup, True, None, found)
+
+
+def test_a_lint_rule_or_a_version_bump_prepares_nothing() -> None:
+    tree = Blobs(pyproject_dot_toml=PYPROJECT, Cargo_dot_toml=CARGO, Cargo_dot_lock=CARGO_LOCK)
+    same = tree.key()
+    assert tree.edited("pyproject.toml", b"line-length = 100", b"line-length = 88").key() == same
+    assert tree.edited("pyproject.toml", b'version = "1.0"', b'version = "1.1"').key() == same
+    bumped = tree.edited("Cargo.toml", b'version = "0.1.0"', b'version = "0.2.0"')
+    bumped = bumped.edited("Cargo.lock", b'version = "0.1.0"', b'version = "0.2.0"')
+    assert bumped.key() == same  # the crate's own version, in the manifest and the lock file
+    assert tree.edited("Cargo.toml", b"unsafe_code", b"missing_docs").key() == same
+
+
+def test_what_changes_an_install_prepares_again() -> None:
+    tree = Blobs(pyproject_dot_toml=PYPROJECT, Cargo_dot_toml=CARGO, Cargo_dot_lock=CARGO_LOCK)
+    same = tree.key()
+    for path, old, new in [
+        ("pyproject.toml", b"six==1.16.0", b"six==1.17.0"),
+        ("pyproject.toml", b'test = ["pytest"]', b'test = ["pytest", "hypothesis"]'),
+        ("pyproject.toml", b"setuptools>=68", b"setuptools>=69"),
+        ("pyproject.toml", b"[tool.ruff]", b'[dependency-groups]\ndev = ["x"]\n[tool.ruff]'),
+        ("pyproject.toml", b"[tool.ruff]", b'[tool.poetry.dependencies]\nx = "1"\n[tool.ruff]'),
+        ("Cargo.toml", b'serde = "1"', b'serde = "1"\nrand = "0.8"'),
+        ("Cargo.toml", b'libc = "0.2"', b'libc = "0.3"'),
+        ("Cargo.toml", b"[lints.rust]", b'[patch.crates-io]\nserde = { path = "x" }\n[lints.rust]'),
+        ("Cargo.lock", b'version = "1.0.1"', b'version = "1.0.2"'),  # a registry package
+    ]:
+        assert tree.edited(path, old, new).key() != same, (path, new)
+
+
+def test_a_manifest_that_is_not_toml_is_keyed_on_its_whole_content() -> None:
+    broken = Blobs(pyproject_dot_toml=b"[project\ndependencies = [\n")
+    assert broken.edited("pyproject.toml", b"[project", b"[projekt").key() != broken.key()
+    deep = Blobs(pyproject_dot_toml=b"x = " + b"[" * 100_000)
+    assert parts("pyproject.toml", "100644", "s", lambda _: b"x = " + b"[" * 100_000) == {
+        "": "100644 s"}
+    assert deep.key()  # no crash
+    assert parts("pyproject.toml", "100644", "s", lambda _: None) == {"": "100644 s"}  # large
+    assert parts("pyproject.toml", "120000", "s", lambda _: PYPROJECT) == {"": "120000 s"}
+
+
+def test_files_setup_reads_are_followed_and_keyed_whole() -> None:
+    tree = Blobs(requirements_dot_txt=b"-r requirements/base.txt\n",
+                 requirements__base_dot_txt=b"six==1.16.0\n",
+                 docs__requirements_dot_txt=b"sphinx\n", **{"requirements-mypy.txt": b"mypy\n"},
+                 scripts__setup_dot_sh=b". scripts/lib.sh\npip install -r requirements.txt\n",
+                 scripts__lib_dot_sh=b"true\n")
+    script = ("sh scripts/setup.sh",)
+    assert setup_files(script, tree.tree, None, tree.data.get) == {
+        "scripts/setup.sh", "scripts/lib.sh", "requirements.txt", "requirements/base.txt"}
+    same = tree.key(script)
+    assert tree.edited("docs/requirements.txt", b"sphinx", b"furo").key(script) == same
+    assert tree.edited("requirements-mypy.txt", b"mypy", b"mypy==1").key(script) == same
+    assert tree.edited("requirements/base.txt", b"1.16.0", b"1.17.0").key(script) != same
+    assert tree.edited("scripts/lib.sh", b"true", b"false").key(script) != same
+
+
+def test_a_named_manifest_is_keyed_whole_and_setuptools_dynamic_files_count() -> None:
+    tree = Blobs(pyproject_dot_toml=PYPROJECT + b'[tool.setuptools.dynamic]\n'
+                 b'dependencies = {file = ["deps.txt"]}\n', deps_dot_txt=b"six\n")
+    assert dynamic_files(tree.data[tree.tree["pyproject.toml"].sha]) == ["deps.txt"]
+    assert tree.edited("deps.txt", b"six", b"attrs").key() != tree.key()
+    named = ("python tools/x.py pyproject.toml",)  # a file a command names: keyed in full
+    assert tree.edited("pyproject.toml", b"line-length", b"indent-width").key(named) != \
+        tree.key(named)
+
+
+def test_why_a_new_environment_is_made() -> None:
+    tree = Blobs(pyproject_dot_toml=PYPROJECT, Cargo_dot_toml=CARGO, requirements_dot_txt=b"a")
+    setup = ("pip install -r requirements.txt",)
+
+    def record(blobs: Blobs, commands: tuple[str, ...] = setup) -> dict[str, object]:
+        found = inputs(blobs.tree, Patterns(DEFAULT_INPUTS), commands, None, blobs.data.get)
+        return {"image": "sha256:1", "setup": list(commands), "git": True, "tag": None,
+                "inputs": found}
+
+    first = record(tree)
+    assert why_new(None, first) == "first environment for this repository"
+    assert why_new(first, record(tree.edited("Cargo.toml", b'serde = "1"', b'serde = "2"'))
+                   ) == "Cargo.toml [dependencies] changed"
+    assert why_new(first, record(tree.edited("requirements.txt", b"a", b"b"))
+                   ) == "requirements.txt changed"
+    assert why_new(first, record(tree, ("pip install -r requirements.txt", "true"))
+                   ) == "setup commands changed"
+    assert why_new(first, record(tree.put("uv.lock", b"version = 1"))) == "uv.lock added"
+    assert why_new(first, first) == "the environment of these inputs is no longer kept"
+    assert why_new(first, first, fresh=True) == "--no-cache: prepared again"
+    assert changes({"a": {"[x]": "1"}}, {"a": {"[x]": "1", "[y]": "2"}}) == ["a [y] added"]
+
+
+def test_the_package_cache_follows_what_setup_runs_not_what_it_reads() -> None:
+    tree = Blobs(requirements_dot_txt=b"six\n", scripts__setup_dot_sh=b"pip install -r "
+                 b"requirements.txt\n", app_dot_py=b"x = 1\n")
+    script = ("sh scripts/setup.sh",)
+
+    def cache(blobs: Blobs, setup: tuple[str, ...] = script, scope: str = "/r/.git 1") -> str:
+        return cache_name(scope, setup, blobs.tree, None, blobs.data.get)
+
+    same = cache(tree)
+    assert same.startswith("retcon-sandbox-cache-")
+    assert cache(tree.edited("requirements.txt", b"six", b"attrs")) == same  # data: shared
+    assert cache(tree.edited("app.py", b"1", b"2")) == same
+    assert cache(tree.edited("scripts/setup.sh", b"pip", b"echo x; pip")) != same  # its own
+    assert cache(tree, ("sh scripts/setup.sh", "true")) != same
+    assert cache(tree, scope="/other/.git 2") != same  # never shared between repositories
