@@ -201,6 +201,10 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
                        help="fold fix commits into their logical commit at the end (each "
                        "squashed tree is verified first)")
         _cache_options(p, "the squash check")
+        p.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=False,
+                       help="while a commit builds and tests, prepare the next one's sandbox and "
+                       "let the model extract it ahead, kept only if the commit needed no fix "
+                       "(same history as without; default: off)")
         p.add_argument("--strict-provenance", action="store_true",
                        help="stop (stuck) at a commit that gives a path content found in neither "
                        "the base nor the source, until a human resolves it")

@@ -72,6 +72,7 @@ class ExecuteOptions:
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
+    pipeline: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -88,7 +89,8 @@ class ExecuteOptions:
                    setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
-                   limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes)
+                   limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes,
+                   pipeline=args.pipeline)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,7 +142,8 @@ def execute(options: ExecuteOptions) -> int:
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
                              strict_provenance=options.strict_provenance,
                              accept_provenance=options.accept_provenance,
-                             adopt_branch=options.adopt_branch),
+                             adopt_branch=options.adopt_branch,
+                             pipeline=options.pipeline),
                   settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base)

@@ -12,12 +12,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
+from retcon_sandbox.model.tools import Outcome
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.repo.provenance import Provenance
@@ -51,6 +52,35 @@ class RunOptions:
     jobs: int = 1
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
+    pipeline: bool = False  # while a commit builds and tests, the next one is extracted ahead
+
+
+class Buffered:
+    """A reporter that keeps what it is told, for a speculation: shown where a serial run
+    would have shown it when the speculation is kept, dropped when it is not."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, event: str, **data: Any) -> None:
+        self.events.append((event, data))
+
+
+@dataclass
+class Speculation:
+    """Commit `number` begun ahead, on the tree `base_tree` (the previous commit's, as it was
+    being built and tested): its sandbox, open on that tree, and what the model answered
+    (None for a `paths` commit, or when no model was asked). Nothing of it is in the spec or
+    on the branch; git objects only."""
+
+    number: int
+    base_tree: str
+    state: WorkState
+    stack: contextlib.ExitStack
+    outcome: Outcome | None
+    events: list[tuple[str, dict[str, Any]]]
+    tokens: int
 
 
 @dataclass
@@ -69,6 +99,7 @@ class Run:
     source: str = ""
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
+    speculation: Speculation | None = None  # see steps/speculate.py
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 
