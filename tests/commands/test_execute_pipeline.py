@@ -18,14 +18,16 @@ from tests.fake_openai import FakeOpenAI, Hang, Step
 from tests.scripts import by_request
 
 LOCAL = ("--sandbox", "local", "--non-interactive", "--no-cache")
+DOCKER = ("--non-interactive", "--no-cache")
 DATES = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
 
 
-def run(demo: Demo, respond: Any, *flags: str) -> tuple[str, str, list[dict[str, Any]]]:
+def run(demo: Demo, respond: Any, *flags: str, where: tuple[str, ...] = LOCAL
+        ) -> tuple[str, str, list[dict[str, Any]]]:
     """One run from scratch: the spec's text, the cleaned branch (sha, tree, message of each
     commit), and the --json events."""
     with FakeOpenAI([], respond=respond) as model:
-        result = cli("execute", str(demo.spec), *LOCAL, "--json", *flags,
+        result = cli("execute", str(demo.spec), *where, "--json", *flags,
                      env={**llm_env(model.base_url), **DATES})
     assert result.code == 0, result.out + result.err
     return demo.spec.read_text(), branch(demo), [json.loads(line) for line in
@@ -64,20 +66,21 @@ def test_pipelined_history_commits_and_trees_are_the_serial_runs_with_a_fix(
         e for e in serial_events if e["event"] == "summary")["tokens"]["3"]
 
 
-def test_a_stop_while_speculating_writes_nothing_of_it_and_resumes_like_a_serial_run(
-        tmp_path: Path) -> None:
-    demo = make_demo(tmp_path / "repo", with_paths=False)
-    original = demo.spec.read_text()
-    serial_spec, serial_branch, _ = run(demo, by_request(needs_fix=False), "--no-pipeline")
-    reset(demo, original)
+def hang_at_3() -> Any:
     answer = by_request(needs_fix=False)
 
-    def hang_at_3(body: dict[str, Any]) -> Step:
+    def respond(body: dict[str, Any]) -> Step:
         return Hang() if "Commit 3 of" in str(body["messages"][1]["content"]) else answer(body)
 
-    with FakeOpenAI([], respond=hang_at_3) as model:
+    return respond
+
+
+def stop_while_speculating(demo: Demo, where: tuple[str, ...]) -> None:
+    """Run pipelined until the model is asked for commit 3 (ahead, while 2 builds and tests),
+    then Ctrl-C: nothing of commit 3 is in the spec or on the branch."""
+    with FakeOpenAI([], respond=hang_at_3()) as model:
         proc = subprocess.Popen(
-            [*CLI, "execute", str(demo.spec), *LOCAL, "--pipeline"], cwd=NEUTRAL,
+            [*CLI, "execute", str(demo.spec), *where, "--pipeline"], cwd=NEUTRAL,
             env={**os.environ, **llm_env(model.base_url), **DATES},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 120
@@ -87,12 +90,19 @@ def test_a_stop_while_speculating_writes_nothing_of_it_and_resumes_like_a_serial
         tip = demo.git("rev-parse", "feature-clean")
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
-    stopped = demo.spec.read_text()
-    assert stopped.count("commit_created") == 2  # nothing of commit 3's speculation
+    assert demo.spec.read_text().count("commit_created") == 2  # nothing of commit 3
     assert demo.git("rev-parse", "feature-clean") == tip
     assert demo.git("log", "-1", "--format=%s", "feature-clean") == "feat: discount codes"
 
-    spec, cleaned, events = run(demo, answer, "--pipeline")
+
+def test_a_stop_while_speculating_writes_nothing_of_it_and_resumes_like_a_serial_run(
+        tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    original = demo.spec.read_text()
+    serial_spec, serial_branch, _ = run(demo, by_request(needs_fix=False), "--no-pipeline")
+    reset(demo, original)
+    stop_while_speculating(demo, LOCAL)
+    spec, cleaned, events = run(demo, by_request(needs_fix=False), "--pipeline")
     assert "resume" in {e["event"] for e in events}
     assert spec == serial_spec
     assert cleaned == serial_branch

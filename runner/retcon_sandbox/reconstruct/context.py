@@ -9,6 +9,7 @@ moves by compare-and-swap. A run killed between the last two is recovered on res
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ class Run:
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
     speculation: Speculation | None = None  # see steps/speculate.py
+    retiring: list[threading.Thread] = field(default_factory=list)  # sandboxes being removed
+    retire_errors: list[Exception] = field(default_factory=list)
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 

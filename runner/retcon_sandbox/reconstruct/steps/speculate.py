@@ -15,6 +15,7 @@ serially. Only this thread touches git and the spec.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from retcon_sandbox.backends.workspace import WorkState
@@ -85,7 +86,8 @@ def speculate(run: Run, commit: CommitSpec) -> None:
 @contextlib.contextmanager
 def opened(run: Run, number: int) -> Iterator[tuple[WorkState, Outcome | None]]:
     """Commit `number`'s working state, and the model's extraction already done into it: the
-    speculation's, when `keep` says so, else a new state (and None)."""
+    speculation's, when `keep` says so, else a new state (and None). Pipelined, its sandbox is
+    removed behind the next commit's back (`retire`)."""
     found, run.speculation = run.speculation, None
     commit = run.commit_spec(number)
     if found is not None and keep(found.number, found.base_tree, number, commit.history,
@@ -95,13 +97,44 @@ def opened(run: Run, number: int) -> Iterator[tuple[WorkState, Outcome | None]]:
         run.report.emit("speculation", number=number, kept=True)
         for event, data in found.events:
             run.report.emit(event, **data)
-        with found.stack:
-            yield found.state, found.outcome
+        stack, state, asked = found.stack, found.state, found.outcome
+    else:
+        if found is not None:
+            drop(run, found)
+        stack = contextlib.ExitStack()
+        state = stack.enter_context(run.sandbox(f"commit-{number}", number))
+        asked = None
+    try:
+        yield state, asked
+    finally:
+        retire(run, stack)
+
+
+def retire(run: Run, stack: contextlib.ExitStack) -> None:
+    """Remove a finished commit's sandbox: pipelined, in a thread of its own (sandbox I/O only),
+    so that the next commit does not wait for it; `settle` waits for them all."""
+    if not run.options.pipeline:
+        stack.close()
         return
-    if found is not None:
-        drop(run, found)
-    with run.sandbox(f"commit-{number}", number) as state:
-        yield state, None
+
+    def close() -> None:
+        try:
+            stack.close()
+        except Exception as exc:  # raised by `settle`, in the run's thread
+            run.retire_errors.append(exc)
+
+    worker = threading.Thread(target=close, name="retcon-remove", daemon=True)
+    worker.start()
+    run.retiring.append(worker)
+
+
+def settle(run: Run) -> list[Exception]:
+    """Wait until every retired sandbox is removed; what went wrong removing them."""
+    for worker in run.retiring:
+        worker.join()
+    run.retiring.clear()
+    failed, run.retire_errors = run.retire_errors, []
+    return failed
 
 
 def discard(run: Run) -> None:
