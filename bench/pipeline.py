@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retcon_sandbox import cli
 from retcon_sandbox.backends.api import HelperSandbox
+from retcon_sandbox.backends.docker.sandboxes import DockerSandbox
 from retcon_sandbox.model.llm import OpenAIChat
 from tests.fake_openai import FakeOpenAI, Step, call
 
@@ -107,7 +108,9 @@ class Timeline:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        originals = {name: getattr(HelperSandbox, name) for name in ("write_file", "run")}
+        originals = {(cls, name): getattr(cls, name) for cls, name in
+                     ((HelperSandbox, "write_file"), (HelperSandbox, "run"),
+                      (DockerSandbox, "run"))}
         complete = OpenAIChat.complete
 
         def timed_op(original: Any) -> Any:
@@ -125,14 +128,14 @@ class Timeline:
                 with self._lock:
                     self.model.append((start, time.time()))
 
-        for name, original in originals.items():
-            setattr(HelperSandbox, name, timed_op(original))
+        for (cls, name), original in originals.items():
+            setattr(cls, name, timed_op(original))
         OpenAIChat.complete = timed_complete  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:
-            for name, original in originals.items():
-                setattr(HelperSandbox, name, original)
+            for (cls, name), original in originals.items():
+                setattr(cls, name, original)
             OpenAIChat.complete = complete  # type: ignore[method-assign]
 
     def visible(self, done: float) -> float | None:
