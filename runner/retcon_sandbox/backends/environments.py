@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retcon_sandbox.archive import TarStream
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.hostaccess import SetupPolicy
@@ -89,11 +90,45 @@ def certificate_blocks(pem: bytes) -> bytes:
     return b"".join(m.group(0) + b"\n" for m in _CERTIFICATE.finditer(pem))
 
 
+WARM_LIMIT = 64 * 1024 * 1024  # the largest tree a pre-warmed sandbox is filled from memory
+
+
 @dataclass(frozen=True)
 class Opened:
     box: Sandbox
     files: int
     environment: str | None  # the prepared environment's image, if there is a setup
+
+
+class Warming:
+    """A sandbox being opened in a thread of its own (`Environments.warm`): `take` waits for
+    it; `close` (any number of times) waits for the opening and removes it."""
+
+    def __init__(self, envs: Environments, label: str, tree: str, tar: TarStream) -> None:
+        self.tree = tree
+        self._stack = contextlib.ExitStack()
+        self._opened: Opened | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(envs, label, tree, tar),
+                                        name="retcon-warm", daemon=True)
+        self._thread.start()
+
+    def _open(self, envs: Environments, label: str, tree: str, tar: TarStream) -> None:
+        try:
+            self._opened = self._stack.enter_context(envs.sandbox(label, tree, tar))
+        except BaseException as exc:  # raised by `take`, in the caller's thread
+            self._error = exc
+
+    def take(self) -> Opened:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._opened is not None
+        return self._opened
+
+    def close(self) -> None:
+        self._thread.join()
+        self._stack.close()
 
 
 class Environments:
@@ -178,23 +213,41 @@ class Environments:
     # -- sandboxes ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def sandbox(self, label: str, tree: str) -> Iterator[Opened]:
+    def sandbox(self, label: str, tree: str, tar: TarStream | None = None) -> Iterator[Opened]:
         """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
-        metadata when on."""
+        metadata when on. `tar`: the tree, already read from git (see `warm`)."""
         image = self.image_for(tree)
         docker = self.docker
         if docker is None:
             self._local_warning()
             with self.backend.open(label) as box:
-                with self.git_lock:
-                    files = box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+                files = self._load(box, tree, tar)
                 yield Opened(box, files, None)
             return
         with docker.open(label, image) as dbox:
-            with self.git_lock:
-                files = dbox.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+            files = self._load(dbox, tree, tar)
             self._prepare_workspace(dbox)
             yield Opened(dbox, files, image)
+
+    def _load(self, box: Sandbox, tree: str, tar: TarStream | None) -> int:
+        if tar is not None:
+            return box.load_tree(tar)
+        with self.git_lock:
+            return box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size))
+
+    def warm(self, label: str, tree: str) -> Warming | None:
+        """Begin opening a sandbox for `tree` in a thread of its own, which does sandbox I/O
+        only: the environment is prepared, and the tree read from git, here first. None when
+        the tree is over WARM_LIMIT bytes (it is not held in memory: open it when needed)."""
+        self.image_for(tree)  # kept: the thread finds it
+        with self.git_lock:
+            stream = self.repo.tree_tar(tree, self.settings.max_file_size)
+            data = bytearray()
+            for chunk in stream.chunks:
+                data += chunk
+                if len(data) > WARM_LIMIT:
+                    return None
+        return Warming(self, label, tree, TarStream((bytes(data),), stream.files))
 
     def image_for(self, tree: str) -> str | None:
         key = self.key(tree)

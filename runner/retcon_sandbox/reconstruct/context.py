@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from retcon_sandbox.backends.api import Backend, Sandbox
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.model.tools import Outcome
@@ -132,12 +132,18 @@ class Run:
         return provenance.of_commits(self.repo, made, self._base_entries, self.source_entries())
 
     @contextlib.contextmanager
-    def sandbox(self, label: str, number: int | None = None) -> Iterator[WorkState]:
+    def sandbox(self, label: str, number: int | None = None, warming: Warming | None = None
+                ) -> Iterator[WorkState]:
         """A working state on the cleaned branch's tip (for commit `number`, if it is one
         commit's); its sandbox opens on first use, from the environment prepared for the tree
-        it holds, and is removed when the block exits (or when another one replaces it)."""
+        it holds, and is removed when the block exits (or when another one replaces it).
+        `warming`: a sandbox already being opened (`Environments.warm`), used if its tree is
+        the one needed first."""
         with contextlib.ExitStack() as stack:
             current: list[contextlib.ExitStack] = []
+            if warming is not None:
+                stack.callback(warming.close)
+            ahead = [warming] if warming is not None else []
 
             def open_box(tree: str) -> Sandbox:
                 for previous in current:
@@ -146,7 +152,14 @@ class Run:
                 inner = stack.enter_context(contextlib.ExitStack())
                 current.append(inner)
                 started = time.monotonic()
-                opened = inner.enter_context(self.envs.sandbox(label, tree))
+                warm = ahead.pop() if ahead else None
+                if warm is not None and warm.tree == tree:
+                    inner.callback(warm.close)
+                    opened = warm.take()
+                else:
+                    if warm is not None:
+                        warm.close()
+                    opened = inner.enter_context(self.envs.sandbox(label, tree))
                 where = {} if number is None else {"number": number}
                 self.report.emit("sandbox", **where, files=opened.files,
                                  seconds=time.monotonic() - started,

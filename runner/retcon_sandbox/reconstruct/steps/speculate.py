@@ -61,10 +61,13 @@ def speculate(run: Run, commit: CommitSpec) -> None:
     reporter, run.report = run.report, held
     account = f"{commit.number} (speculative)"
     try:
-        state = stack.enter_context(run.sandbox(f"commit-{commit.number}", commit.number))
-        state.box  # noqa: B018 - the pre-warm: its container is created and filled now
+        label = f"commit-{commit.number}"
+        warming = run.envs.warm(label, run.repo.tree_of(run.tip()))  # the pre-warm
+        state = stack.enter_context(run.sandbox(label, commit.number, warming))
         outcome = None
-        if commit.paths is None and run.agent is not None:
+        if commit.paths is not None or run.agent is None:
+            state.box  # noqa: B018 - ready before this commit's turn
+        else:  # while the container starts, the model is asked
             outcome = ask_extraction(run, commit, state, Extract(None, None, False),
                                      "extract (speculative)", account)
     except RetconError as exc:
