@@ -4,9 +4,9 @@
 
 A repository of COMMITS logical commits, each one file the model extracts with one answer;
 the model is the fake Chat Completions server (tests/fake_openai.py) answering after LATENCY
-seconds; the test command sleeps TEST_SECONDS. The same spec runs `execute --no-pipeline` and
-`execute --pipeline` (in this process, so that the bench can time the sandbox operations and
-the model calls), and prints:
+seconds; the test command sleeps TEST_SECONDS. The same spec runs `execute --no-pipeline`,
+`execute` (the default: the next sandbox pre-warmed) and `execute --pipeline` (in this
+process, so that the bench can time the sandbox operations and the model calls), and prints:
 
 - wall times and their ratio;
 - the visible per-commit sandbox overhead: from "commit k done" to the first sandbox operation
@@ -151,11 +151,12 @@ class Timeline:
 Events = list[dict[str, Any]]
 
 
-def execute(spec: Path, sandbox: str, pipeline: bool, url: str
-            ) -> tuple[float, Events, Timeline]:
+MODES = {"serial": ("--no-pipeline",), "warm": (), "pipelined": ("--pipeline",)}
+
+
+def execute(spec: Path, sandbox: str, mode: str, url: str) -> tuple[float, Events, Timeline]:
     argv = ["execute", str(spec), "--repo", str(spec.parent), "--json", "--no-cache",
-            "--non-interactive", "--skip", "build", "--sandbox", sandbox,
-            "--pipeline" if pipeline else "--no-pipeline"]
+            "--non-interactive", "--skip", "build", "--sandbox", sandbox, *MODES[mode]]
     os.environ.update({"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "bench",
                        "RETCON_SANDBOX_MODEL": "fake-model", **DATES})
     timeline = Timeline()
@@ -213,41 +214,50 @@ def main() -> None:
         results = {}
         for fix in (False, True):
             with FakeOpenAI([], respond=responder(fix), latency=args.latency) as model:
-                for pipeline in (False, True):
-                    wall, events, timeline = execute(spec, args.sandbox, pipeline,
-                                                     model.base_url)
-                    results[fix, pipeline] = (wall, events, timeline, spec.read_text(),
-                                              branch(root))
+                for mode in MODES:
+                    wall, events, timeline = execute(spec, args.sandbox, mode, model.base_url)
+                    results[fix, mode] = (wall, events, timeline, spec.read_text(),
+                                          branch(root))
                     reset(spec, original)
-        serial, piped = results[False, False], results[False, True]
-        print(f"  {'':<44} {'serial':>12}   {'pipelined':>12}")
-        print(f"  {'wall time, no fix':<44} {serial[0]:>10.2f} s   {piped[0]:>10.2f} s")
-        print(f"  {'ratio pipelined / serial':<44} {piped[0] / serial[0]:>27.2f}")
-        s_over, p_over = overhead(serial[1], serial[2]), overhead(piped[1], piped[2])
-        for name, values in (("visible overhead per commit, mean", lambda v: sum(v) / len(v)),
-                             ("visible overhead per commit, max", max)):
-            print(f"  {name:<44} {values(s_over) * 1000:>9.0f} ms   "
-                  f"{values(p_over) * 1000:>9.0f} ms")
-        s_hand, p_hand = handover(serial[1]), handover(piped[1])
-        print(f"  {'  of which: k done -> k+1 starts, mean':<44} "
-              f"{sum(s_hand) / len(s_hand) * 1000:>9.0f} ms   "
-              f"{sum(p_hand) / len(p_hand) * 1000:>9.0f} ms")
-        kept = [e["kept"] for e in piped[1] if e["event"] == "speculation"]
-        print(f"  {'speculations kept / begun':<44} {'':>12}   {sum(kept):>6} / {len(kept)}")
-        fserial, fpiped = results[True, False], results[True, True]
-        print(f"  {'wall time, commit 3 needs a fixup!':<44} {fserial[0]:>10.2f} s   "
-              f"{fpiped[0]:>10.2f} s")
-        print(f"  {'ratio pipelined / serial (fix)':<44} {fpiped[0] / fserial[0]:>27.2f}")
-        tokens = next(e for e in fpiped[1] if e["event"] == "summary")["tokens"]
-        print(f"  {'tokens of discarded speculations (fix)':<44} {'':>12}   "
-              f"{tokens.get('speculative, discarded', 0):>12}")
-        for fix in (False, True):
-            same_spec = results[fix, False][3] == results[fix, True][3]
-            same_branch = results[fix, False][4] == results[fix, True][4]
-            what = "with a fix" if fix else "no fix"
-            print(f"  identical spec history ({what}): {same_spec}; identical commits and "
-                  f"trees: {same_branch}")
+        report(results)
 
+
+Result = tuple[float, Events, Timeline, str, str]
+
+
+def report(results: dict[tuple[bool, str], Result]) -> None:
+    def row(what: str, cell: Callable[[Result], str], fix: bool = False) -> None:
+        print(f"  {what:<44}" + "".join(f" {cell(results[fix, m]):>14}" for m in MODES))
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    serial = results[False, "serial"][0]
+    fserial = results[True, "serial"][0]
+    print(f"  {'':<44}" + "".join(f" {m:>14}" for m in MODES))
+    print(f"  {'':<44}" + "".join(f" {a:>14}" for a in ("--no-pipeline", "(default)",
+                                                         "--pipeline")))
+    row("wall time, no fix", lambda r: f"{r[0]:.2f} s")
+    row("ratio to serial", lambda r: f"{r[0] / serial:.2f}")
+    row("visible overhead per commit, mean",
+        lambda r: f"{mean(overhead(r[1], r[2])) * 1000:.0f} ms")
+    row("visible overhead per commit, max",
+        lambda r: f"{max(overhead(r[1], r[2]) or [0]) * 1000:.0f} ms")
+    row("  of which: k done -> k+1 starts, mean", lambda r: f"{mean(handover(r[1])) * 1000:.0f} ms")
+    row("begun ahead: kept / begun", lambda r: "{} / {}".format(
+        *(lambda k: (sum(k), len(k)))([e["kept"] for e in r[1] if e["event"] == "speculation"])))
+    row("wall time, commit 3 needs a fixup!", lambda r: f"{r[0]:.2f} s", fix=True)
+    row("ratio to serial (fix)", lambda r: f"{r[0] / fserial:.2f}", fix=True)
+    row("tokens, speculative & discarded (fix)", lambda r: str(next(
+        e for e in r[1] if e["event"] == "summary")["tokens"].get("speculative, discarded", 0)),
+        fix=True)
+    for fix in (False, True):
+        reference = results[fix, "serial"]
+        same = {m: (results[fix, m][3] == reference[3], results[fix, m][4] == reference[4])
+                for m in MODES if m != "serial"}
+        what = "with a fix" if fix else "no fix"
+        print(f"  {what}: identical to serial (spec history, commits and trees): " +
+              ", ".join(f"{m} {h and b}" for m, (h, b) in same.items()))
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,9 @@ SLOW = demo_project.spec_text(True).replace('test = "python3 -m pytest -q -p no:
 
 
 def start(demo: Demo) -> subprocess.Popen[str]:
-    return subprocess.Popen([*CLI, "execute", str(demo.spec), "--non-interactive"], cwd=NEUTRAL,
+    # --no-pipeline: one sandbox at a time (the next commit's is not pre-warmed during a test)
+    return subprocess.Popen([*CLI, "execute", str(demo.spec), "--non-interactive",
+                             "--no-pipeline"], cwd=NEUTRAL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

@@ -237,8 +237,11 @@ class Environments:
 
     def warm(self, label: str, tree: str) -> Warming | None:
         """Begin opening a sandbox for `tree` in a thread of its own, which does sandbox I/O
-        only: the environment is prepared, and the tree read from git, here first. None when
-        the tree is over WARM_LIMIT bytes (it is not held in memory: open it when needed)."""
+        only: the tree is read from git here first. None when the environment is not prepared
+        yet (a pre-warm never runs a setup: the run may never get there) or the tree is over
+        WARM_LIMIT bytes (it is not held in memory: open it when needed)."""
+        if self.prepared_id(tree) is None:
+            return None
         self.image_for(tree)  # kept: the thread finds it
         with self.git_lock:
             stream = self.repo.tree_tar(tree, self.settings.max_file_size)

@@ -72,7 +72,7 @@ class ExecuteOptions:
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
-    pipeline: bool = False
+    pipeline: str = "warm"  # see RunOptions.pipeline
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:

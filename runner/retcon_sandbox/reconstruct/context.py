@@ -53,7 +53,9 @@ class RunOptions:
     jobs: int = 1
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
-    pipeline: bool = False  # while a commit builds and tests, the next one is extracted ahead
+    # while a commit builds and tests: "warm" opens the next one's sandbox, "full" also has
+    # the model extract it ahead (steps/speculate.py); "off": one thing at a time
+    pipeline: str = "off"
 
 
 class Buffered:

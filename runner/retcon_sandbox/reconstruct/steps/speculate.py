@@ -1,8 +1,9 @@
 """Pipelined reconstruction: while commit k builds and tests (in a thread of its own that does
 sandbox I/O only, `verify.stages.overlapped`), commit k+1 is begun here, ahead, on k's tree: its
-sandbox is opened on that tree (so k+1 starts on a ready container), and, for a commit the
-model extracts, the model does the extraction. A speculation writes nothing to the spec or the
-branch (git objects only), and its events are held back.
+sandbox is opened on that tree (so k+1 starts on a ready container: WARM, the default), and,
+with FULL (`--pipeline`), for a commit the model extracts, the model does the extraction while
+that container starts. A speculation writes nothing to the spec or the branch (git objects
+only), and its events are held back.
 
 When k is done, `opened` keeps the speculation if it is exactly what a serial run of k+1 would
 start from (`keep`: k+1's history is empty and the branch's tip has the tree it began on, so k
@@ -26,6 +27,7 @@ from retcon_sandbox.reconstruct.steps.extract import ask_extraction
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import Entry, Extract
 
+OFF, WARM, FULL = "off", "warm", "full"  # RunOptions.pipeline
 DISCARDED = "speculative, discarded"  # the summary's token count of discarded speculations
 
 
@@ -37,10 +39,11 @@ def keep(speculated: int, base_tree: str, number: int, history: Sequence[Entry],
     return speculated == number and not history and base_tree == tip_tree
 
 
-def worth(pipeline: bool, number: int, total: int, following: Sequence[Entry] | None) -> bool:
+def worth(pipeline: str, number: int, total: int, following: Sequence[Entry] | None) -> bool:
     """Whether to begin commit `number + 1` while `number` builds and tests: when pipelining is
-    on and the next commit exists with nothing recorded yet (`following`: its history)."""
-    return pipeline and number < total and following is not None and not following
+    on (WARM or FULL) and the next commit exists with nothing recorded yet (`following`: its
+    history)."""
+    return pipeline != OFF and number < total and following is not None and not following
 
 
 def ahead(run: Run, number: int) -> Callable[[], None] | None:
@@ -59,13 +62,16 @@ def speculate(run: Run, commit: CommitSpec) -> None:
     stack = contextlib.ExitStack()
     held = Buffered(run.report.run_id)
     reporter, run.report = run.report, held
+    envs_reporter, run.envs.report = run.envs.report, held  # a setup's events, too
     account = f"{commit.number} (speculative)"
     try:
         label = f"commit-{commit.number}"
         warming = run.envs.warm(label, run.repo.tree_of(run.tip()))  # the pre-warm
+        if warming is None:  # nothing is begun that would run a setup, or hold a large tree
+            return
         state = stack.enter_context(run.sandbox(label, commit.number, warming))
         outcome = None
-        if commit.paths is not None or run.agent is None:
+        if commit.paths is not None or run.agent is None or run.options.pipeline != FULL:
             state.box  # noqa: B018 - ready before this commit's turn
         else:  # while the container starts, the model is asked
             outcome = ask_extraction(run, commit, state, Extract(None, None, False),
@@ -73,7 +79,7 @@ def speculate(run: Run, commit: CommitSpec) -> None:
     except RetconError as exc:
         stack.close()
         _count_discarded(run, run.tokens.pop(account, 0))
-        run.report = reporter
+        run.report, run.envs.report = reporter, envs_reporter
         run.report.emit("speculation", number=commit.number, kept=False, why=str(exc))
         return
     except BaseException:
@@ -81,7 +87,7 @@ def speculate(run: Run, commit: CommitSpec) -> None:
         _count_discarded(run, run.tokens.pop(account, 0))
         raise
     finally:
-        run.report = reporter
+        run.report, run.envs.report = reporter, envs_reporter
     run.speculation = Speculation(commit.number, state.base_tree, state, stack, outcome,
                                   held.events, run.tokens.pop(account, 0))
 
@@ -116,7 +122,7 @@ def opened(run: Run, number: int) -> Iterator[tuple[WorkState, Outcome | None]]:
 def retire(run: Run, stack: contextlib.ExitStack) -> None:
     """Remove a finished commit's sandbox: pipelined, in a thread of its own (sandbox I/O only),
     so that the next commit does not wait for it; `settle` waits for them all."""
-    if not run.options.pipeline:
+    if run.options.pipeline == OFF:
         stack.close()
         return
 
