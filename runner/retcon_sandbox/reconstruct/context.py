@@ -69,6 +69,12 @@ class Buffered:
     def emit(self, event: str, **data: Any) -> None:
         self.events.append((event, data))
 
+    @staticmethod
+    def replay(events: list[tuple[str, dict[str, Any]]], to: Reporter) -> None:
+        """Held events, as they were emitted (each checked there, see tests/commands)."""
+        for event, data in events:
+            to.emit(event, **data)
+
 
 @dataclass
 class Speculation:

@@ -104,8 +104,7 @@ def opened(run: Run, number: int) -> Iterator[tuple[WorkState, Outcome | None]]:
         if found.tokens:
             run.add_tokens(str(number), found.tokens)
         run.report.emit("speculation", number=number, kept=True)
-        for event, data in found.events:
-            run.report.emit(event, **data)
+        Buffered.replay(found.events, run.report)
         stack, state, asked = found.stack, found.state, found.outcome
     else:
         if found is not None:
