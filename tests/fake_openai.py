@@ -7,6 +7,10 @@ answers nothing until the server shuts down. A request for a model not in `model
 is answered 404, as OpenAI does. Every request body is recorded for assertions. The tool's
 preflight request is answered by `preflight` (plain "OK" by default) without taking an item of
 the script. `refused_url()` is an endpoint where nothing listens.
+
+Instead of a script, `respond` may answer each request from its body (a model whose answer
+depends on what it is asked, not on the order of the requests: what a pipelined run needs to
+be compared with a serial one). `latency` delays every answer by that many seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -70,10 +76,14 @@ def refused_url() -> str:
 
 class FakeOpenAI:
     def __init__(self, script: list[Step], preflight: Step = "OK",
-                 models: tuple[str, ...] | None = None, tools: bool = True) -> None:
+                 models: tuple[str, ...] | None = None, tools: bool = True,
+                 respond: Callable[[dict[str, Any]], Step] | None = None,
+                 latency: float = 0.0) -> None:
         """`tools=False`: a server without tool calling, which answers 400 to any request that
         offers tools (as Ollama does for such a model)."""
         self.script = list(script)
+        self.respond = respond
+        self.latency = latency
         self.tools = tools
         self.preflight = preflight
         self.models = models
@@ -130,9 +140,12 @@ class FakeOpenAI:
                 step = self.preflight
             else:
                 self.requests.append(body)
-                if not self.script:
+                if self.respond is not None:
+                    step = self.respond(body)
+                elif not self.script:
                     return 500, {"error": {"message": "script exhausted", "type": "test"}}
-                step = self.script.pop(0)
+                else:
+                    step = self.script.pop(0)
         if isinstance(step, Raw | Hang):
             return step
         if isinstance(step, Fault):
@@ -167,6 +180,8 @@ class FakeOpenAI:
                     answer: Step | Answer = (404, {"error": {"message": "not found"}})
                 else:
                     answer = fake._next(body)
+                    if fake.latency and not _is_preflight(body):
+                        time.sleep(fake.latency)
                 if isinstance(answer, Hang):
                     fake._closing.wait()
                     return

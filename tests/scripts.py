@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from retcon_sandbox.repo import demo as d
 from tests.fake_openai import Call, Fault, Step, call
@@ -71,3 +73,36 @@ def with_gaps(assign: Sequence[Step]) -> list[Step]:
                  call("create_commit", message="Move validation")]
     script[-1] = [write("README.md", d.README), call("create_commit", message="docs")]
     return [*script, *assign]
+
+
+def by_request(needs_fix: bool = True) -> Callable[[dict[str, Any]], Step]:
+    """The demo's four commits, each answer chosen from the request itself (which commit, an
+    extraction or a fix, which turn), so that the same question always gets the same answer
+    whatever the order of the questions: a pipelined run asks ahead, and may ask again. With
+    `needs_fix`, commit 2's first version does not build and a fix follows."""
+    extract: dict[int, list[Step]] = {
+        1: [[write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
+             write("tests/test_validation.py", d.TEST_VALIDATION),
+             call("delete_file", path="shop/legacy_checks.py"),
+             call("create_commit", message="m")]],
+        2: [[write("shop/discounts.py", BROKEN_DISCOUNTS if needs_fix else d.DISCOUNTS),
+             call("create_commit", message="m")]],
+        3: [[write("tests/test_discounts.py", d.TEST_DISCOUNTS),
+             call("create_commit", message="m")]],
+        4: [[write("README.md", d.README), write("docs/discounts.md", d.DOCS),
+             call("create_commit", message="m")]],
+    }
+    fix: list[Step] = [[write("shop/discounts.py", d.DISCOUNTS),
+                        call("create_commit", message="Fix the signature's syntax error")]]
+
+    def respond(body: dict[str, Any]) -> Step:
+        messages = body["messages"]
+        task = str(messages[1]["content"])
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        found = re.match(r"Commit (\d+) of", task)
+        assert found, task[:200]
+        steps = fix if "does not pass yet" in task.split("\n", 1)[0] else \
+            extract[int(found.group(1))]
+        return steps[turn] if turn < len(steps) else [call("create_commit", message="m")]
+
+    return respond

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import io
 import os
 from pathlib import Path
 
@@ -351,3 +352,20 @@ def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.M
     assert LocalBackend({"PIP_EXTRA": passed["PIP_INDEX_URL"]}).environment() != first
     monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
     assert LocalBackend(passed).environment() != first
+
+
+def test_a_warmed_sandbox_holds_its_tree_and_goes_when_closed(tmp_path: Path) -> None:
+    """`warm`: the tree is read here, the sandbox opened in a thread; `take` waits for it."""
+    repo = Repo.init(tmp_path / "repo")
+    sha = repo.commit_files("main", {"app.py": "x = 1\n", "lib/util.py": "y = 2\n"}, "base")
+    policy = hostaccess.from_command_line([], False, "registries", [], hostaccess.SETUP_DISK,
+                                          hostaccess.KEEP_ENVIRONMENTS).setup
+    envs = Environments(repo, LocalBackend(), DEFAULTS, policy, JsonReporter(io.StringIO()), sha)
+    warming = envs.warm("t", repo.tree_of(sha))
+    assert warming is not None and warming.tree == repo.tree_of(sha)
+    opened = warming.take()
+    assert opened.files == 2 and "y = 2" in opened.box.read_file("lib/util.py").text
+    warming.close()
+    warming.close()  # once is enough, twice is harmless
+    with pytest.raises((RetconError, ValueError)):  # the local helper's pipes are closed
+        opened.box.read_file("app.py")

@@ -20,9 +20,10 @@ SLOW = demo_project.spec_text(True).replace('test = "python3 -m pytest -q -p no:
 
 
 def start(demo: Demo) -> subprocess.Popen[str]:
-    # --no-base-check: the preflight sandbox would run the base commit's `sleep 300` itself
+    # --no-base-check: the preflight sandbox would run the base commit's `sleep 300` itself;
+    # --no-pipeline: one sandbox at a time (the next commit's is not pre-warmed during a test)
     return subprocess.Popen([*CLI, "execute", str(demo.spec), "--non-interactive",
-                             "--no-base-check"], cwd=NEUTRAL,
+                             "--no-base-check", "--no-pipeline"], cwd=NEUTRAL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

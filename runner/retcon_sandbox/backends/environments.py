@@ -109,6 +109,7 @@ def certificate_blocks(pem: bytes) -> bytes:
 
 Place = tuple[str, int]  # a commit, and how many commits after it a tree sits (its version)
 Version = tuple[str | None, int]  # the tag the workspace's git metadata has, and the distance
+WARM_LIMIT = 64 * 1024 * 1024  # the largest tree a pre-warmed sandbox is filled from memory
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,39 @@ class Phases:
 
     def summary(self) -> dict[str, float]:
         return {name: round(seconds, 3) for name, seconds in self.seconds.items()}
+
+
+class Warming:
+    """A sandbox being opened in a thread of its own (`Environments.warm`): `take` waits for
+    it; `close` (any number of times) waits for the opening and removes it."""
+
+    def __init__(self, envs: Environments, label: str, tree: str, at: Place | None,
+                 tar: TarStream) -> None:
+        self.tree = tree
+        self._stack = contextlib.ExitStack()
+        self._opened: Opened | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(envs, label, tree, at, tar),
+                                        name="retcon-warm", daemon=True)
+        self._thread.start()
+
+    def _open(self, envs: Environments, label: str, tree: str, at: Place | None,
+              tar: TarStream) -> None:
+        try:  # the version of `at` is known already (`warm`): no git here
+            self._opened = self._stack.enter_context(envs.sandbox(label, tree, at, tar=tar))
+        except BaseException as exc:  # raised by `take`, in the caller's thread
+            self._error = exc
+
+    def take(self) -> Opened:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._opened is not None
+        return self._opened
+
+    def close(self) -> None:
+        self._thread.join()
+        self._stack.close()
 
 
 class Environments:
@@ -286,12 +320,13 @@ class Environments:
 
     @contextlib.contextmanager
     def sandbox(self, label: str, tree: str, at: Place | None = None,
-                phases: Phases | None = None) -> Iterator[Opened]:
+                phases: Phases | None = None, tar: TarStream | None = None
+                ) -> Iterator[Opened]:
         """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
         metadata when on (versioned as the tree's place `at` says, see `version`). `phases`
         adds up the seconds each step takes (the bench reads them). Only the tree's tar is made
         under `git_lock` (into a spool): the sandbox unpacks it outside the lock, while another
-        thread reads git."""
+        thread reads git. `tar`: the tree, already read from git (see `warm`)."""
         clock = phases if phases is not None else Phases()
         version = self.version(at)
         with clock.timed("environment"):
@@ -303,21 +338,23 @@ class Environments:
                 opening = self.backend.open(label)
                 box = opening.__enter__()
             with clock.closing("remove", opening):
-                tar = self.tree_tar(tree, clock)
-                with clock.timed("load"):
-                    files = box.load_tree(tar)
+                files = self._load(box, tree, tar, clock)
                 yield Opened(box, files, None)
             return
         with clock.timed("create"):
             opening_docker = docker.open(label, image)
             dbox = opening_docker.__enter__()
         with clock.closing("remove", opening_docker):
-            tar = self.tree_tar(tree, clock)
-            with clock.timed("load"):
-                files = dbox.load_tree(tar)
+            files = self._load(dbox, tree, tar, clock)
             with clock.timed("prepare"):
                 self._prepare_workspace(dbox, version)
             yield Opened(dbox, files, image)
+
+    def _load(self, box: Sandbox, tree: str, tar: TarStream | None, clock: Phases) -> int:
+        if tar is None:
+            tar = self.tree_tar(tree, clock)
+        with clock.timed("load"):
+            return box.load_tree(tar)
 
     def tree_tar(self, tree: str, clock: Phases) -> TarStream:
         """`tree`'s tar, read from git under `git_lock` and spooled (see `archive.spooled`)."""
@@ -326,6 +363,23 @@ class Environments:
             clock.add("git_wait", time.monotonic() - asked)
             with clock.timed("git_tar"):
                 return spooled(self.repo.tree_tar(tree, self.settings.max_file_size))
+
+    def warm(self, label: str, tree: str, at: Place | None = None) -> Warming | None:
+        """Begin opening a sandbox for `tree` in a thread of its own, which does sandbox I/O
+        only: the tree is read from git here first. None when the environment is not prepared
+        yet (a pre-warm never runs a setup: the run may never get there) or the tree is over
+        WARM_LIMIT bytes (it is not held in memory: open it when needed)."""
+        if self.prepared_id(tree) is None:
+            return None
+        self.image_for(tree, self.version(at))  # kept: the thread finds it
+        with self.git_lock:
+            stream = self.repo.tree_tar(tree, self.settings.max_file_size)
+            data = bytearray()
+            for chunk in stream.chunks:
+                data += chunk
+                if len(data) > WARM_LIMIT:
+                    return None
+        return Warming(self, label, tree, at, TarStream((bytes(data),), stream.files))
 
     def image_for(self, tree: str, version: Version | None = None) -> str | None:
         key = self.key(tree)

@@ -66,6 +66,7 @@ class WorkState:
         self.source = source
         self._base_entries = repo.ls_tree(base_tree)
         self._changes: dict[str, FileChange] = {}
+        self._tree: str | None = None  # `tree()` until the record changes again
         self._source_names: set[str] | None = None
 
     @property
@@ -96,13 +97,20 @@ class WorkState:
         return list(self._changes.values())
 
     def tree(self) -> str:
-        return self.repo.make_tree(self.base_tree, self.changes())
+        if self._tree is None:
+            self._tree = self.repo.make_tree(self.base_tree, self.changes())
+        return self._tree
 
     def committed(self, tree: str) -> None:
         """The record became a commit with `tree`: that is the new base."""
         self.base_tree = tree
         self._base_entries = self.repo.ls_tree(tree)
         self._changes.clear()
+        self._tree = tree
+
+    def _change(self, change: FileChange) -> None:
+        self._changes[change.path] = change
+        self._tree = None
 
     def _mode(self, path: str) -> str:
         current = self._changes.get(path)
@@ -120,7 +128,7 @@ class WorkState:
             else:
                 self._box.write_file(path, self.repo.blob_chunks(entry.sha, self.max_file_size),
                                      entry.mode, exact=True)
-        self._changes[path] = FileChange(path, entry)
+        self._change(FileChange(path, entry))
 
     def write_file(self, path: str, content: str) -> str:
         path = self._path(path)
@@ -129,7 +137,7 @@ class WorkState:
         result = self.box.write_file(path, data, mode)
         # Recorded even when the sandbox's copy already held these bytes: that copy is the
         # sandbox's (a build may have written it), the record is the host's.
-        self._changes[path] = FileChange(path, TreeEntry(mode, self.repo.write_blob(data)))
+        self._change(FileChange(path, TreeEntry(mode, self.repo.write_blob(data))))
         if result.diff:
             return f"{result.summary}\n{result.diff}"
         return result.summary
@@ -137,7 +145,7 @@ class WorkState:
     def delete_file(self, path: str) -> str:
         path = self._path(path)
         summary = self.box.delete_file(path)
-        self._changes[path] = FileChange(path, None)
+        self._change(FileChange(path, None))
         return summary
 
     def read_file(self, path: str, offset: int | None, limit: int | None) -> str:

@@ -75,6 +75,7 @@ class ExecuteOptions:
     package_cache: bool = True
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
+    pipeline: str = "warm"  # see RunOptions.pipeline
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -93,7 +94,8 @@ class ExecuteOptions:
                    setup_registry=tuple(args.setup_registry or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
                    package_cache=not args.no_package_cache,
-                   limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes)
+                   limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes,
+                   pipeline=args.pipeline)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,7 +157,7 @@ def execute(options: ExecuteOptions) -> int:
                              strict_provenance=options.strict_provenance,
                              accept_provenance=options.accept_provenance,
                              adopt_branch=options.adopt_branch,
-                             base_check=options.base_check),
+                             base_check=options.base_check, pipeline=options.pipeline),
                   settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base, final=final)

@@ -9,15 +9,17 @@ moves by compare-and-swap. A run killed between the last two is recovered on res
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retcon_sandbox.backends.api import Backend, Sandbox
-from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
+from retcon_sandbox.model.tools import Outcome
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.repo.provenance import Provenance
@@ -52,6 +54,43 @@ class RunOptions:
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
     base_check: bool = True  # build and test the base commit first (--no-base-check: not)
+    # while a commit builds and tests: "warm" opens the next one's sandbox, "full" also has
+    # the model extract it ahead (steps/speculate.py); "off": one thing at a time
+    pipeline: str = "off"
+
+
+class Buffered:
+    """A reporter that keeps what it is told, for a speculation: shown where a serial run
+    would have shown it when the speculation is kept, dropped when it is not."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, event: str, **data: Any) -> None:
+        self.events.append((event, data))
+
+    @staticmethod
+    def replay(events: list[tuple[str, dict[str, Any]]], to: Reporter) -> None:
+        """Held events, as they were emitted (each checked there, see tests/commands)."""
+        for event, data in events:
+            to.emit(event, **data)
+
+
+@dataclass
+class Speculation:
+    """Commit `number` begun ahead, on the tree `base_tree` (the previous commit's, as it was
+    being built and tested): its sandbox, open on that tree, and what the model answered
+    (None for a `paths` commit, or when no model was asked). Nothing of it is in the spec or
+    on the branch; git objects only."""
+
+    number: int
+    base_tree: str
+    state: WorkState
+    stack: contextlib.ExitStack
+    outcome: Outcome | None
+    events: list[tuple[str, dict[str, Any]]]
+    tokens: int
 
 
 @dataclass
@@ -71,6 +110,9 @@ class Run:
     final: Verifier | None = None  # `[sandbox] test_final`: the finished branch's check
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
+    speculation: Speculation | None = None  # see steps/speculate.py
+    retiring: list[threading.Thread] = field(default_factory=list)  # sandboxes being removed
+    retire_errors: list[Exception] = field(default_factory=list)
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 
@@ -100,12 +142,18 @@ class Run:
         return provenance.of_commits(self.repo, made, self._base_entries, self.source_entries())
 
     @contextlib.contextmanager
-    def sandbox(self, label: str, number: int | None = None) -> Iterator[WorkState]:
+    def sandbox(self, label: str, number: int | None = None, warming: Warming | None = None
+                ) -> Iterator[WorkState]:
         """A working state on the cleaned branch's tip (for commit `number`, if it is one
         commit's); its sandbox opens on first use, from the environment prepared for the tree
-        it holds, and is removed when the block exits (or when another one replaces it)."""
+        it holds, and is removed when the block exits (or when another one replaces it).
+        `warming`: a sandbox already being opened (`Environments.warm`), used if its tree is
+        the one needed first."""
         with contextlib.ExitStack() as stack:
             current: list[contextlib.ExitStack] = []
+            if warming is not None:
+                stack.callback(warming.close)
+            ahead = [warming] if warming is not None else []
 
             def open_box(tree: str) -> Sandbox:
                 for previous in current:
@@ -114,8 +162,15 @@ class Run:
                 inner = stack.enter_context(contextlib.ExitStack())
                 current.append(inner)
                 started = time.monotonic()
-                opened = inner.enter_context(self.envs.sandbox(label, tree,
-                                                               self.place(tree, number)))
+                warm = ahead.pop() if ahead else None
+                if warm is not None and warm.tree == tree:
+                    inner.callback(warm.close)
+                    opened = warm.take()
+                else:
+                    if warm is not None:
+                        warm.close()
+                    opened = inner.enter_context(self.envs.sandbox(label, tree,
+                                                                   self.place(tree, number)))
                 where = {} if number is None else {"number": number}
                 self.report.emit("sandbox", **where, files=opened.files,
                                  seconds=time.monotonic() - started,

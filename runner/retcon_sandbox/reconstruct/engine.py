@@ -18,6 +18,7 @@ from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
 from retcon_sandbox.reconstruct.steps.final import final_check, tests_summary
 from retcon_sandbox.reconstruct.steps.remainder import remainder
+from retcon_sandbox.reconstruct.steps.speculate import discard, settle
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
 from retcon_sandbox.spec.history import Done, commits_created, next_step
@@ -39,8 +40,14 @@ def run(ctx: Run) -> Result:
     reaped = ctx.backend.reap()
     if reaped:
         ctx.report.emit("reaped", count=reaped)
-    for commit in ctx.spec.commits:
-        process(ctx, commit.number)
+    try:
+        for commit in ctx.spec.commits:
+            process(ctx, commit.number)
+    finally:  # a stop while the next commit was begun ahead: nothing of it stays
+        discard(ctx)
+        failed = settle(ctx)
+    if failed:
+        raise failed[0]
     remainder(ctx)
     if ctx.options.squash_wip:
         squash(ctx)

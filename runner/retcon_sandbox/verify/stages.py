@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -142,6 +143,32 @@ def run_stages(box: Callable[[], Sandbox], commands: Commands,
     return Outcome(tuple(stages), None, "", commands.timeout)
 
 
+def overlapped(box: Sandbox, commands: Commands, notify: Notify,
+               alongside: Callable[[], None]) -> Outcome:
+    """`run_stages` in a thread of its own, which does sandbox I/O only, while `alongside` runs
+    in this one; the stages' events are given to `notify` here, afterwards, in their order. If
+    `alongside` raises, so does this, at once: the stages stop when their sandbox is removed."""
+    events: list[tuple[str, Stage | None]] = []
+    done: list[Outcome] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            done.append(run_stages(lambda: box, commands, lambda w, s: events.append((w, s))))
+        except BaseException as exc:  # raised again in the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=work, name="retcon-verify", daemon=True)
+    worker.start()
+    alongside()
+    worker.join()
+    for which, stage in events:
+        notify(which, stage)
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
 def replay(outcome: Outcome, commands: Commands, notify: Notify) -> None:
     """A known outcome's stages, in the order a run would report them."""
     for which, _, _ in STAGES:
@@ -246,9 +273,11 @@ class Verifier:
             return None
         return run_command(state.command_box, command, which, self.commands.timeout)
 
-    def check(self, state: WorkState, number: int) -> str | None:
+    def check(self, state: WorkState, number: int,
+              alongside: Callable[[], None] | None = None) -> str | None:
         """Build, then tests, of commit `number`: the failure as text for the model, or None
-        when both pass. A cached outcome needs no sandbox."""
+        when both pass. A cached outcome needs no sandbox. `alongside`: work for this thread
+        while the commands run in another (`overlapped`); not called for a cached outcome."""
         tree = state.tree()
         outcome = self.lookup(tree)
         cached = outcome is not None
@@ -268,6 +297,9 @@ class Verifier:
 
         if outcome is not None:
             replay(outcome, self.commands, notify)
+        elif alongside is not None and self.runs_anything:
+            outcome = overlapped(state.command_box, self.commands, notify, alongside)
+            self.record(tree, outcome)
         else:
             outcome = run_stages(lambda: state.command_box, self.commands, notify)
             self.record(tree, outcome)

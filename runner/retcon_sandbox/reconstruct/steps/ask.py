@@ -13,11 +13,14 @@ from retcon_sandbox.spec.file import CommitSpec
 
 def ask_model(run: Run, commit: CommitSpec, state: WorkState, task: str, label: str,
               offered: tuple[str, ...] = WORK_TOOLS,
-              owed: Callable[[], list[str]] | None = None) -> Outcome:
+              owed: Callable[[], list[str]] | None = None, tokens: str | None = None
+              ) -> Outcome:
+    """`tokens`: the summary's key the usage is counted under (the commit's number unless
+    said; a speculation counts its own, see steps/speculate.py)."""
     assert run.agent is not None
     ctx = StepContext(state, run.verifier, owed=owed)
     outcome, usage = run.agent.run(ctx, task, f"commit-{commit.number}/{label}", offered)
-    run.add_tokens(str(commit.number), usage.total)
+    run.add_tokens(tokens or str(commit.number), usage.total)
     if isinstance(outcome, Assigned):  # not offered in a work step
         outcome = GaveUp("The model ended a work step without a commit.")
     if isinstance(outcome, GaveUp):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import GitError, StuckError
+from retcon_sandbox.model.tools import Outcome
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.extract import extract
 from retcon_sandbox.reconstruct.steps.fixloop import verify
+from retcon_sandbox.reconstruct.steps.speculate import opened
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import (
     PROVENANCE_PREFIX,
@@ -38,11 +40,13 @@ def process(run: Run, number: int) -> None:
         recover(run, commit, step)
         if step.interrupted:
             run.report.emit("reverifying", number=number, sha=step.expected_tip)
-    with run.sandbox(f"commit-{number}", number) as state:
-        drive(run, commit, state)
+    with opened(run, number) as (state, asked):
+        drive(run, commit, state, asked)
 
 
-def drive(run: Run, commit: CommitSpec, state: WorkState) -> None:
+def drive(run: Run, commit: CommitSpec, state: WorkState, asked: Outcome | None = None
+          ) -> None:
+    """`asked`: the model's extraction a kept speculation already did into `state`."""
     made_before = len(commits_created(commit.history))
     while True:
         step = next_step(commit.history)
@@ -57,7 +61,7 @@ def drive(run: Run, commit: CommitSpec, state: WorkState) -> None:
         elif isinstance(step, Fresh):
             commit = run.append(commit, Started())
         elif isinstance(step, Extract):
-            commit = extract(run, commit, state, step)
+            commit, asked = extract(run, commit, state, step, asked), None
         else:
             commit = verify(run, commit, state, step)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from retcon_sandbox.backends.workspace import WorkState
-from retcon_sandbox.model.tools import EXTRACT_TOOLS, Committed, GaveUp, NothingLeft
+from retcon_sandbox.model.tools import EXTRACT_TOOLS, Committed, GaveUp, NothingLeft, Outcome
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.ask import ask_model, resolution
@@ -15,21 +15,16 @@ from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import Extract, NothingToExtract
 
 
-def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract) -> CommitSpec:
+def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract,
+            asked: Outcome | None = None) -> CommitSpec:
+    """`asked`: the model's answer, already given to a speculation that is kept (see
+    steps/speculate.py)."""
     if step.note:
         run.report.emit("resolved", number=commit.number, note=step.note)
-    working = state.tree()
-    diff_lines = run.repo.diff_lines(working, run.source)
-    run.report.emit("diff", number=commit.number, lines=diff_lines)
     if commit.paths is not None:
+        diff_event(run, commit, state.tree())
         return take_paths(run, commit, state)
-    run.report.emit("extracting", number=commit.number)
-    task = prompt("extract", number=commit.number, total=len(run.spec.commits),
-                  message=commit.message, hints=commit.hints or "(none)", diff_lines=diff_lines,
-                  diffstat=run.repo.diff_stat(working, run.source) or "(empty)",
-                  resolution=resolution(step.stuck, step.note))
-    outcome = ask_model(run, commit, state, task, "extract", EXTRACT_TOOLS,
-                        owed=lambda: owed_paths(run, commit, state))
+    outcome = asked if asked is not None else ask_extraction(run, commit, state, step)
     if isinstance(outcome, GaveUp):
         return run.stuck(commit, outcome.summary)
     if isinstance(outcome, NothingLeft):
@@ -38,6 +33,26 @@ def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract) -> Co
     commit, sha = run.make_commit(commit, state, commit.message)
     run.report.emit("creating_commit", number=commit.number, sha=sha)
     return commit
+
+
+def diff_event(run: Run, commit: CommitSpec, working: str) -> int:
+    diff_lines = run.repo.diff_lines(working, run.source)
+    run.report.emit("diff", number=commit.number, lines=diff_lines)
+    return diff_lines
+
+
+def ask_extraction(run: Run, commit: CommitSpec, state: WorkState, step: Extract,
+                   label: str = "extract", tokens: str | None = None) -> Outcome:
+    """The model's extraction into `state`; writes nothing to the spec or the branch."""
+    working = state.tree()
+    diff_lines = diff_event(run, commit, working)
+    run.report.emit("extracting", number=commit.number)
+    task = prompt("extract", number=commit.number, total=len(run.spec.commits),
+                  message=commit.message, hints=commit.hints or "(none)", diff_lines=diff_lines,
+                  diffstat=run.repo.diff_stat(working, run.source) or "(empty)",
+                  resolution=resolution(step.stuck, step.note))
+    return ask_model(run, commit, state, task, label, EXTRACT_TOOLS,
+                     owed=lambda: owed_paths(run, commit, state), tokens=tokens)
 
 
 def owed_paths(run: Run, commit: CommitSpec, state: WorkState) -> list[str]:
