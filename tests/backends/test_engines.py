@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,9 +83,10 @@ def test_a_missing_or_broken_context_is_named(tmp_path: Path) -> None:
         engines.select({"DOCKER_CONFIG": str(tmp_path / "b")})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("paramiko") is not None,
-                    reason="paramiko is installed here")
-def test_ssh_without_paramiko_says_which_extra_to_install(tmp_path: Path) -> None:
+def test_ssh_without_paramiko_says_which_extra_to_install(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "paramiko", None)  # as if the `ssh` extra were missing
+    assert importlib.util.find_spec("paramiko") is None
     with pytest.raises(SandboxError) as raised:
         engines.select({"DOCKER_HOST": "ssh://me@build-box"})
     assert "paramiko" in raised.value.message
