@@ -182,8 +182,9 @@ def test_the_package_cache_follows_what_setup_runs_not_what_it_reads() -> None:
                  b"requirements.txt\n", app_dot_py=b"x = 1\n")
     script = ("sh scripts/setup.sh",)
 
-    def cache(blobs: Blobs, setup: tuple[str, ...] = script, scope: str = "/r/.git 1") -> str:
-        return cache_name(scope, setup, blobs.tree, None, blobs.data.get)
+    def cache(blobs: Blobs, setup: tuple[str, ...] = script, scope: str = "/r/.git 1",
+              source: str = "feature") -> str:
+        return cache_name(scope, source, setup, blobs.tree, None, blobs.data.get)
 
     same = cache(tree)
     assert same.startswith("retcon-sandbox-cache-")
@@ -192,3 +193,6 @@ def test_the_package_cache_follows_what_setup_runs_not_what_it_reads() -> None:
     assert cache(tree.edited("scripts/setup.sh", b"pip", b"echo x; pip")) != same  # its own
     assert cache(tree, ("sh scripts/setup.sh", "true")) != same
     assert cache(tree, scope="/other/.git 2") != same  # never shared between repositories
+    # nor between branches: code a setup runs unnamed (setup.py) could plant what the next
+    # setup installs, so another branch's setups never read this one's cache
+    assert cache(tree, source="untrusted-pr") != same

@@ -206,7 +206,8 @@ class Environments:
     def __init__(self, repo: Repo, backend: Backend, settings: SandboxSettings,
                  policy: SetupPolicy, report: Reporter, source: str, fresh: bool = False,
                  git_lock: threading.Lock | None = None) -> None:
-        """`source`: the branch whose nearest tag versions the workspace's git metadata.
+        """`source`: the branch whose nearest tag versions the workspace's git metadata, and
+        whose commits alone share a package cache.
         `fresh` (--no-cache): prepare each environment again, once per run, even if kept.
         `git_lock`: shared with the environments of the run's other engines."""
         self.repo = repo
@@ -214,6 +215,7 @@ class Environments:
         self.settings = settings
         self.policy = policy
         self.report = report
+        self.source = source  # also scopes the package cache (see `cache_name`)
         self.tag = repo.describe_tag(source) if settings.git_metadata else None
         chosen = settings.setup_inputs
         self._inputs = Patterns(DEFAULT_INPUTS if chosen is None else chosen)  # [] is none
@@ -268,7 +270,8 @@ class Environments:
                                               self.settings.git_metadata, self.tag, files)
             if self.policy.package_cache:
                 with self.git_lock:
-                    self._caches[key] = cache_name(self.scope(), self.settings.setup, entries,
+                    self._caches[key] = cache_name(self.scope(), self.source,
+                                                   self.settings.setup, entries,
                                                    self._link_target, self._manifest)
         return self._keys[tree]
 
@@ -560,17 +563,22 @@ DATA_SUFFIXES = (".txt", ".in", ".toml", ".lock", ".json", ".yaml", ".yml", ".cf
 DATA_NAMES = ("Pipfile",)
 
 
-def cache_name(scope: str, setup: tuple[str, ...], entries: dict[str, TreeEntry],
+def cache_name(scope: str, source: str, setup: tuple[str, ...], entries: dict[str, TreeEntry],
                link: LinkTarget | None = None, read: ReadBlob | None = None) -> str:
-    """The package cache (a volume) a setup uses: one per repository and per what setup runs,
-    its commands and the content of the files they name that are not data (scripts, makefiles,
-    a vendored package's code). A branch that changes the setup script gets a cache of its own;
-    one that changes only a requirements file shares the cache, and downloads what is new."""
+    """The package cache (a volume) a setup uses: one per repository, per `source` (the branch
+    whose commits run: a spec's source, or the tip of the range verified) and per what setup
+    runs, its commands and the content of the files they name that are not data (scripts,
+    makefiles, a vendored package's code). Code a setup runs without naming it (a setup.py,
+    build.rs) can write into the cache, so a cache is shared only by one branch's commits,
+    which are one author's code: another branch of the repository never reads it. A commit
+    that changes the setup script gets a cache of its own; one that changes only a requirements
+    file shares the cache, and downloads what is new."""
     runs = sorted((path, entries[path].mode, entries[path].sha)
                   for path in setup_files(setup, entries, link, read)
                   if not path.endswith(DATA_SUFFIXES)
                   and path.rsplit("/", 1)[-1] not in DATA_NAMES)
-    text = json.dumps({"v": 1, "repository": scope, "setup": list(setup), "runs": runs})
+    text = json.dumps({"v": 2, "repository": scope, "source": source, "setup": list(setup),
+                       "runs": runs})
     return f"{CACHE_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
 
