@@ -3,6 +3,8 @@ accepts connections and never answers included (no silent hang). No Docker is ne
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -81,3 +83,47 @@ def test_a_dead_engine_option_is_named_as_the_option() -> None:
         DockerEngine(endpoint)
     assert "no Docker engine answers at --engine tcp://127.0.0.1:1" in caught.value.message
     assert "give another --engine" in caught.value.hint
+
+
+class VanishingEngine(http.server.BaseHTTPRequestHandler):
+    """Answers as a Docker engine would (ping, version) until `gone`, then drops every request
+    without an answer: an engine lost mid-run."""
+
+    gone = False
+    answered = 0
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:
+        if type(self).gone:
+            self.connection.close()
+            return
+        type(self).answered += 1
+        body = b"OK" if self.path.endswith("/_ping") else json.dumps(
+            {"Version": "20.10.24", "ApiVersion": "1.41", "Os": "linux", "Arch": "amd64",
+             "Components": [{"Name": "Engine", "Version": "20.10.24"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_engine_lost_mid_run_is_an_engine_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that breaks after the engine answered is one of our errors, not a library
+    exception that would surface as an internal error."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), VanishingEngine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
+        engine = DockerEngine()
+        assert VanishingEngine.answered >= 2  # ping and version at least
+        VanishingEngine.gone = True
+        with pytest.raises(SandboxError) as raised:
+            engine.image_tags("retcon-sandbox/")
+        assert "cannot list images" in raised.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

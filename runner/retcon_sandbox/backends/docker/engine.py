@@ -8,6 +8,7 @@ typed result; nothing outside this module sees a docker exception or a docker ob
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import ipaddress
 import itertools
@@ -67,17 +68,23 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
         + "; `docker info` must work. Without Docker nothing untrusted can run.")
 
 
-def _connect_errors() -> tuple[type[BaseException], ...]:
-    """What connecting can raise besides the SDK's own errors: requests' (HTTP and unix
-    sockets), the socket's, and for ssh:// engines paramiko's (an optional dependency, so
-    looked up rather than imported)."""
+@functools.cache
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """What an SDK call can raise besides the SDK's own errors: requests' (a connection lost or
+    timed out mid-run) and, for ssh:// engines, paramiko's (an optional dependency, so looked
+    up, and only when an error is being handled: `except engine_errors()` evaluates then)."""
     found: tuple[type[BaseException], ...] = (
-        docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+        docker.errors.DockerException, requests.exceptions.RequestException)
     try:
         paramiko = importlib.import_module("paramiko")
     except ImportError:
         return found
     return (*found, paramiko.SSHException)
+
+
+def _connect_errors() -> tuple[type[BaseException], ...]:
+    """What connecting can raise: what any call can, and the socket's own errors."""
+    return (*engine_errors(), OSError)
 
 
 class EngineError(SandboxError):
@@ -113,7 +120,7 @@ class DockerEngine:
         repository, _, tag = name.partition(":")
         try:
             self.client.images.pull(repository, tag=tag or "latest")
-        except docker.errors.DockerException:
+        except engine_errors():
             return False
         return True
 
@@ -129,14 +136,14 @@ class DockerEngine:
                 text = str(chunk.get("stream", "")).rstrip()
                 if text:
                     progress(text)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"building {tag} failed: {_first_line(exc)}") from None
 
     def image_tags(self, prefix: str) -> list[str]:
         """Every local image tag starting with `prefix`."""
         try:
             found = self.client.images.list()
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot list images: {_first_line(exc)}") from None
         return sorted(t for image in found for t in image.tags if t.startswith(prefix))
 
@@ -145,7 +152,7 @@ class DockerEngine:
             self.client.images.remove(tag)
         except docker.errors.ImageNotFound:
             pass
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot remove {tag}: {_first_line(exc)}",
                              "A container may still use it; `retcon-sandbox clean` removes "
                              "leftover sandboxes.") from None
@@ -158,13 +165,13 @@ class DockerEngine:
             raise ImageError(f"image {name} is not available",
                              "Run `retcon-sandbox images build`, or name another image with "
                              "--image.") from None
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
 
     def is_running(self, container_id: str) -> bool:
         try:
             return bool(self.client.containers.get(container_id).attrs["State"]["Running"])
-        except docker.errors.DockerException:
+        except engine_errors():
             return False
 
     def image_labels(self, name: str) -> dict[str, str]:
@@ -172,7 +179,7 @@ class DockerEngine:
             config = self.client.images.get(name).attrs.get("Config") or {}
         except docker.errors.ImageNotFound:
             return {}
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
         return {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
 
@@ -182,14 +189,14 @@ class DockerEngine:
             config = self.client.images.get(name).attrs.get("Config") or {}
         except docker.errors.ImageNotFound:
             return []
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
         return sorted((config.get("Volumes") or {}).keys())
 
     def import_rootfs(self, stream: IO[bytes], repository: str, tag: str) -> None:
         try:
             self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"importing the root filesystem failed: {_first_line(exc)}") from None
 
     def remove_containers(self, labels: dict[str, str] | list[str]) -> int:
@@ -202,7 +209,7 @@ class DockerEngine:
                                                 filters={"label": selector})
             for container in found:
                 _remove(container)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
         return len(found)
 
@@ -216,7 +223,7 @@ class DockerEngine:
         selector = [f"{k}={v}" for k, v in labels.items()] if labels else [LABEL_RUN]
         try:
             found = self.client.networks.list(filters={"label": selector})
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise SandboxError(f"cannot list networks: {_first_line(exc)}") from None
         return {str(n.id): dict(n.attrs.get("Labels") or {}) for n in found}
 
@@ -230,7 +237,7 @@ class DockerEngine:
         try:
             found = self.client.containers.list(all=True, ignore_removed=True,
                                                 filters={"label": LABEL_RUN})
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise SandboxError(f"cannot list containers: {_first_line(exc)}") from None
         return {str(c.id): dict(c.labels or {}) for c in found}
 
@@ -239,7 +246,7 @@ class DockerEngine:
             _remove(self.client.containers.get(container_id))
         except docker.errors.NotFound:
             pass
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise SandboxError(f"cannot remove container {container_id[:12]}: "
                                f"{_first_line(exc)}") from None
 
@@ -259,27 +266,27 @@ class DockerEngine:
             raise ImageError(f"image {image} is not available",
                              "Run `retcon-sandbox images build`, or name another image with "
                              "--image.") from None
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def put_archive(self, container_id: str, path: str, data: bytes) -> None:
         """Unpack the tar `data` at `path` in the container (done by the engine)."""
         try:
             self.client.containers.get(container_id).put_archive(path, data)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def start_container(self, container_id: str) -> None:
         try:
             self.client.containers.get(container_id).start()
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def container_status(self, container_id: str) -> str:
         """The container's state as of now (created, running, exited, ...)."""
         try:
             return str(self.client.containers.get(container_id).status)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def container_logs(self, container_id: str, tail: int = 200) -> str:
@@ -288,13 +295,15 @@ class DockerEngine:
             container = self.client.containers.get(container_id)
             return bytes(container.logs(stdout=False, stderr=True, tail=tail)).decode(
                 "utf-8", "replace")
-        except docker.errors.DockerException:
+        except engine_errors():
             return ""
 
     def discard_container(self, container_id: str) -> None:
         """Remove the container (and its anonymous volumes), whatever the engine answers."""
-        with contextlib.suppress(docker.errors.DockerException):
+        try:
             self.client.containers.get(container_id).remove(force=True, v=True)
+        except engine_errors():
+            pass
 
     def commit_container(self, container_id: str, repository: str, tag: str,
                          labels: dict[str, str]) -> None:
@@ -302,7 +311,7 @@ class DockerEngine:
         try:
             container = self.client.containers.get(container_id)
             container.commit(repository=repository, tag=tag, conf={"Labels": labels})
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def create_network(self, name: str, labels: dict[str, str], **options: Any) -> str:
@@ -310,7 +319,7 @@ class DockerEngine:
         try:
             network = self.client.networks.create(name, driver="bridge", labels=labels,
                                                   **options)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
         return str(network.id)
 
@@ -318,7 +327,7 @@ class DockerEngine:
         """Attach the container to the network, reachable there under `aliases`."""
         try:
             self.client.networks.get(network_id).connect(container_id, aliases=aliases)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def exec_open(self, container_id: str, argv: list[str], user: str, *, stdin: bool,
@@ -331,7 +340,7 @@ class DockerEngine:
                                       stderr=True, user=user, workdir="/workspace",
                                       environment=environment)["Id"]
             return str(exec_id), api.exec_start(exec_id, socket=True)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def exec_run(self, container_id: str, argv: list[str], user: str) -> None:
@@ -340,14 +349,14 @@ class DockerEngine:
         try:
             exec_id = api.exec_create(container_id, argv, user=user)["Id"]
             api.exec_start(exec_id)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         """The exec's exit code; None while it runs or if the engine cannot say."""
         try:
             info = self.client.api.exec_inspect(exec_id)
-        except docker.errors.DockerException:
+        except engine_errors():
             return None
         code = info.get("ExitCode")
         return None if info.get("Running") or code is None else int(code)
@@ -358,7 +367,7 @@ class DockerEngine:
         """The engine's memory (MemTotal, bytes) and CPUs (NCPU); 0 when it does not say."""
         try:
             info = self.client.info()
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise SandboxError(f"cannot ask the engine what it has: {_first_line(exc)}") from None
         return int(info.get("MemTotal") or 0), int(info.get("NCPU") or 0)
 
@@ -371,7 +380,7 @@ class DockerEngine:
             raise ImageError(f"image {name} is not available",
                              "Run `retcon-sandbox images build`, or name another image with "
                              "--image.") from None
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
         return _record(attrs, (attrs.get("Config") or {}).get("Labels"))
 
@@ -379,7 +388,7 @@ class DockerEngine:
         """Every image whose `label` is `value`."""
         try:
             found = self.client.api.images(filters={"label": f"{label}={value}"})
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise ImageError(f"cannot list images: {_first_line(exc)}") from None
         return [_record(i, i.get("Labels")) for i in found]
 
@@ -390,14 +399,14 @@ class DockerEngine:
             self.client.volumes.get(name)
         except docker.errors.NotFound:
             return False
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(f"cannot inspect volume {name}: {_first_line(exc)}") from None
         return True
 
     def create_volume(self, name: str, labels: dict[str, str]) -> None:
         try:
             self.client.volumes.create(name=name, labels=labels)
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(f"cannot create volume {name}: {_first_line(exc)}") from None
 
     def volumes_labelled(self, label: str, value: str | None = None) -> dict[str, dict[str, str]]:
@@ -405,7 +414,7 @@ class DockerEngine:
         wanted = label if value is None else f"{label}={value}"
         try:
             found = self.client.volumes.list(filters={"label": wanted})
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(f"cannot list volumes: {_first_line(exc)}") from None
         return {str(v.name): dict(v.attrs.get("Labels") or {}) for v in found}
 
@@ -419,7 +428,7 @@ class DockerEngine:
             if exc.status_code == 409:
                 return False
             raise EngineError(f"cannot remove volume {name}: {_first_line(exc)}") from None
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise EngineError(f"cannot remove volume {name}: {_first_line(exc)}") from None
         return True
 
@@ -428,7 +437,7 @@ class DockerEngine:
         try:
             found = self.client.api.containers(all=True, size=True,
                                                filters={"id": container_id})
-        except docker.errors.DockerException as exc:
+        except engine_errors() as exc:
             raise SandboxError(f"cannot measure the setup's container: {_first_line(exc)}"
                                ) from None
         if not found:
@@ -445,7 +454,7 @@ class DockerEngine:
                 for config in (network.get("IPAM") or {}).get("Config") or ():
                     if config.get("Gateway"):
                         found.add(str(config["Gateway"]).split("/")[0])
-        except docker.errors.DockerException:
+        except engine_errors():
             pass
         if str(self.client.api.base_url).startswith("http+docker://local"):
             found.update(local_addresses())
