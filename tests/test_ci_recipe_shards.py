@@ -110,6 +110,7 @@ def bash(script: str, cwd: Path, env: dict[str, str] | None = None) -> None:
     assert proc.returncode == 0, f"{script}\n{proc.stdout}{proc.stderr}"
 
 
+@pytest.mark.slow
 def test_the_recipes_push_and_merge_steps_leave_every_tree_cached(tmp_path: Path) -> None:
     origin = tmp_path / "origin"
     origin.mkdir()

@@ -13,9 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import CLI, NEUTRAL, Demo, cli, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI, Hang, Step
 from tests.scripts import by_request
+
+pytestmark = pytest.mark.slow  # whole runs of the command line
 
 LOCAL = ("--sandbox", "local", "--non-interactive", "--no-cache")
 DOCKER = ("--non-interactive", "--no-cache")

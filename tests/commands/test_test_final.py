@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.spec.settings import SandboxSettings, final_test
 from retcon_sandbox.verify.cache import Cache, Key, Outcome, Stage
 from tests.conftest import Demo, cli, make_demo
+
+pytestmark = pytest.mark.slow  # whole runs of the command line
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 TEST = 'test = "python3 -m pytest -q -p no:cacheprovider"\n'

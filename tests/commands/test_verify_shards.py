@@ -9,8 +9,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.verify.cache import REF
 from tests.conftest import cli, git
+
+pytestmark = pytest.mark.slow  # whole runs of the command line
 
 LOCAL = ("--sandbox", "local")
 KEY = {"RETCON_SANDBOX_NOTES_KEY": "a-ci-secret-shared-by-every-job-of-the-matrix-0123"}
