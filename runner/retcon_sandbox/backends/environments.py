@@ -169,7 +169,12 @@ class Phases:
 
 class Warming:
     """A sandbox being opened in a thread of its own (`Environments.warm`): `take` waits for
-    it; `close` (any number of times) waits for the opening and removes it."""
+    it; `close` (any number of times) waits for the opening and removes it.
+
+    The waits are on an Event the thread sets when it is done, not on `Thread.join`: a join
+    interrupted by a signal (Ctrl-C, SIGTERM) marks a still running thread as stopped (Python
+    3.11's handling of bpo-45274), so a later join would return while the thread is still
+    creating the container, and the container would be left behind."""
 
     def __init__(self, envs: Environments, label: str, tree: str, at: Place | None,
                  tar: TarStream) -> None:
@@ -177,9 +182,9 @@ class Warming:
         self._stack = contextlib.ExitStack()
         self._opened: Opened | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._open, args=(envs, label, tree, at, tar),
-                                        name="retcon-warm", daemon=True)
-        self._thread.start()
+        self._done = threading.Event()
+        threading.Thread(target=self._open, args=(envs, label, tree, at, tar),
+                         name="retcon-warm", daemon=True).start()
 
     def _open(self, envs: Environments, label: str, tree: str, at: Place | None,
               tar: TarStream) -> None:
@@ -187,16 +192,18 @@ class Warming:
             self._opened = self._stack.enter_context(envs.sandbox(label, tree, at, tar=tar))
         except BaseException as exc:  # raised by `take`, in the caller's thread
             self._error = exc
+        finally:
+            self._done.set()
 
     def take(self) -> Opened:
-        self._thread.join()
+        self._done.wait()
         if self._error is not None:
             raise self._error
         assert self._opened is not None
         return self._opened
 
     def close(self) -> None:
-        self._thread.join()
+        self._done.wait()
         self._stack.close()
 
 
