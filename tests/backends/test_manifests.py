@@ -113,6 +113,16 @@ def test_what_changes_an_install_prepares_again() -> None:
         ("Cargo.toml", b'libc = "0.2"', b'libc = "0.3"'),
         ("Cargo.toml", b"[lints.rust]", b'[patch.crates-io]\nserde = { path = "x" }\n[lints.rust]'),
         ("Cargo.lock", b'version = "1.0.1"', b'version = "1.0.2"'),  # a registry package
+        # what chooses the code setup runs, in tables no list of "dependency tables" names
+        ("pyproject.toml", b"[tool.ruff]",
+         b'[tool.setuptools.cmdclass]\nbuild_py = "x:Hook"\n[tool.ruff]'),
+        ("pyproject.toml", b"[tool.ruff]",
+         b'[tool.hatch.build.hooks.custom]\npath = "hook.py"\n[tool.ruff]'),
+        ("pyproject.toml", b"[tool.ruff]", b'[tool.maturin]\nfeatures = ["x"]\n[tool.ruff]'),
+        ("pyproject.toml", b'name = "app"', b'name = "app"\nreadme = "README.md"'),
+        ("Cargo.toml", b'version = "0.1.0"', b'version = "0.1.0"\nbuild = "gen.rs"'),
+        ("Cargo.toml", b'version = "0.1.0"', b'version = "0.1.0"\nlinks = "z"'),
+        ("Cargo.toml", b"[lints.rust]", b'[profile.dev]\nopt-level = 3\n[lints.rust]'),
     ]:
         assert tree.edited(path, old, new).key() != same, (path, new)
 
@@ -126,6 +136,41 @@ def test_a_manifest_that_is_not_toml_is_keyed_on_its_whole_content() -> None:
     assert deep.key()  # no crash
     assert parts("pyproject.toml", "100644", "s", lambda _: None) == {"": "100644 s"}  # large
     assert parts("pyproject.toml", "120000", "s", lambda _: PYPROJECT) == {"": "120000 s"}
+
+
+def test_a_hostile_manifest_is_keyed_whole_quickly_and_never_crashes() -> None:
+    """Dotted keys nested thousands deep parse, then cannot be digested (recursion), and are
+    slow to parse at all: such a file is keyed on its whole content."""
+    deep = b"[project]\nname = 'a'\n[tool]\n" + b".".join([b"k"] * 3000) + b" = 1\n"
+    assert parts("pyproject.toml", "100644", "d1", lambda _: deep) == {"": "100644 d1"}
+    nested = b"[dependencies]\nx = " + b"{a = " * 900 + b"1" + b"}" * 900 + b"\n"
+    assert parts("Cargo.toml", "100644", "d2", lambda _: nested) == {"": "100644 d2"}
+    tree = Blobs(pyproject_dot_toml=deep)
+    assert tree.key() != tree.edited("pyproject.toml", b"= 1", b"= 2").key()
+
+
+def test_every_file_a_setup_command_names_is_keyed_whatever_its_scripts_name() -> None:
+    """The names a long script gives never push out the ones the commands give."""
+    script = b"".join(b"cp tools/f%d.cfg /tmp/x%d\n" % (i, i) for i in range(60))
+    tree = Blobs(requirements_dot_txt=b"six\n", scripts__setup_dot_sh=script,
+                 **{f"tools/f{i}.cfg": b"x" for i in range(60)})
+    setup = ("pip install -r requirements.txt", "sh scripts/setup.sh")
+    assert "requirements.txt" in setup_files(setup, tree.tree, None, tree.data.get)
+    assert tree.edited("requirements.txt", b"six", b"attrs").key(setup) != tree.key(setup)
+
+
+def test_files_a_setup_py_or_setup_cfg_names_are_keyed() -> None:
+    """`pip install -e .` names no file, but setup.py reads requirements.txt: it keys the
+    environment. A directory it names (the code) does not."""
+    tree = Blobs(setup_dot_py=b"from setuptools import setup\nsetup(install_requires=open("
+                 b"'requirements.txt').read().split(), package_dir={'': 'src'})\n",
+                 requirements_dot_txt=b"six\n", **{"src/app/core.py": b"x = 1\n"},
+                 lib__setup_dot_cfg=b"[options]\ninstall_requires = file: reqs.txt\n",
+                 lib__reqs_dot_txt=b"attrs\n")
+    same = tree.key()
+    assert tree.edited("requirements.txt", b"six", b"attrs").key() != same
+    assert tree.edited("lib/reqs.txt", b"attrs", b"six").key() != same
+    assert tree.edited("src/app/core.py", b"1", b"2").key() == same
 
 
 def test_files_setup_reads_are_followed_and_keyed_whole() -> None:

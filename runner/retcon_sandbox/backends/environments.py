@@ -643,19 +643,33 @@ LinkTarget = Callable[[TreeEntry], str]  # the text of a tracked symbolic link
 
 def manifest_references(entries: dict[str, TreeEntry], read: ReadBlob | None
                         ) -> tuple[str, ...]:
-    """The files each pyproject.toml's [tool.setuptools.dynamic] reads (`file = [...]`),
-    from the root."""
+    """The files an install reads because a manifest says so: what each pyproject.toml's
+    [tool.setuptools.dynamic] names (`file = [...]`), and the tracked files each setup.py or
+    setup.cfg names (`open("requirements.txt")`, `file: requirements.txt`), from its own
+    directory or the root. Files only: a directory a setup.py names (`src`) holds the code,
+    whose changes need no new environment."""
     if read is None:
         return ()
     found: list[str] = []
     for path, entry in entries.items():
-        if path.rsplit("/", 1)[-1] == "pyproject.toml" and entry.mode in manifests.REGULAR:
-            data = read(entry.sha)
-            if data is not None and len(data) <= manifests.MANIFEST_LIMIT:
-                directory = path.rpartition("/")[0]
-                found += filter(None, (_normal(_joined(directory, name))
-                                       for name in manifests.dynamic_files(data)))
+        name = path.rsplit("/", 1)[-1]
+        if entry.mode not in manifests.REGULAR or name not in _DECLARING:
+            continue
+        data = read(entry.sha)
+        if data is None or len(data) > manifests.MANIFEST_LIMIT:
+            continue
+        directory = path.rpartition("/")[0]
+        if name == "pyproject.toml":
+            found += filter(None, (_normal(_joined(directory, named))
+                                   for named in manifests.dynamic_files(data)))
+        elif b"\0" not in data:
+            text = data.decode("utf-8", "replace")
+            found += sorted(p for p in _named_by(text, ["", directory] if directory else [""])
+                            if p in entries and p != path)
     return tuple(found)
+
+
+_DECLARING = ("pyproject.toml", "setup.py", "setup.cfg")
 
 
 def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, ...] = (),
@@ -672,7 +686,6 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, 
 
 _WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
-_SYMLINK_HOPS = 8
 _SCANNED = 64  # named files whose text is read for the files they name in turn
 _SCAN_LIMIT = 256 * 1024
 
@@ -717,10 +730,8 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
     `read`) what named files name in turn."""
     named: set[str] = set()
     pending = sorted(found)
-    hops = 0
     scanned = 0
-    while pending and hops <= _SYMLINK_HOPS * max(1, len(found)) + _SCANNED:
-        hops += 1
+    while pending:  # ends: a path is followed once, and at most _SCANNED files add names
         path = pending.pop()
         entry = entries.get(path)
         if entry is None:

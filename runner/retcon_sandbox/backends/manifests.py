@@ -1,5 +1,5 @@
-"""What of a manifest keys a prepared environment: the parts that change what `pip install`,
-`uv`, `poetry` or `cargo fetch` do, and nothing else (a lint rule, the package's own version).
+"""What of a manifest keys a prepared environment: all of it but what never changes what
+`pip install`, `uv`, `poetry` or `cargo fetch` do (a lint rule, the package's own version).
 
 A manifest is parsed on the host, in memory, from the blob's bytes (never checked out): a file
 that is not valid TOML, is too large, or is not a regular file is keyed on its whole content.
@@ -22,30 +22,28 @@ ReadBlob = Callable[[str], bytes | None]  # a blob's bytes by id, None when too 
 MANIFEST_LIMIT = 4 * 1024 * 1024  # larger manifests are keyed on their whole content
 WHOLE = ""
 
-# What a Python installer reads of pyproject.toml: the build backend, the dependencies (and
-# where they are declared), the entry points an editable install writes. Not the version, nor
-# any tool's lint or formatting settings.
-PYPROJECT: tuple[tuple[str, ...], ...] = (
-    ("build-system",),
-    ("project", "name"), ("project", "requires-python"), ("project", "dependencies"),
-    ("project", "optional-dependencies"), ("project", "dynamic"), ("project", "scripts"),
-    ("project", "gui-scripts"), ("project", "entry-points"),
-    ("dependency-groups",),
-    ("tool", "poetry", "dependencies"), ("tool", "poetry", "dev-dependencies"),
-    ("tool", "poetry", "group"), ("tool", "poetry", "extras"), ("tool", "poetry", "source"),
-    ("tool", "poetry", "scripts"),
-    ("tool", "uv"),
-    ("tool", "pdm", "dev-dependencies"), ("tool", "pdm", "resolution"), ("tool", "pdm", "source"),
-    ("tool", "setuptools", "dynamic"),
-    ("tool", "hatch", "metadata"), ("tool", "hatch", "envs"),
-)
-# What cargo reads of Cargo.toml to resolve and fetch: not [package] version, nor lints.
-CARGO: tuple[tuple[str, ...], ...] = (
-    ("dependencies",), ("dev-dependencies",), ("build-dependencies",), ("target",),
-    ("features",), ("patch",), ("replace",),
-    ("workspace", "members"), ("workspace", "exclude"), ("workspace", "default-members"),
-    ("workspace", "dependencies"), ("workspace", "resolver"), ("package", "resolver"),
-)
+# What never changes what an installer (pip, uv, poetry, cargo fetch) does: the package's own
+# version and descriptive metadata, and the settings of tools that lint, format, test or
+# release. Everything else of the file keys the environment, so a table nobody listed here
+# (a build hook, `[tool.setuptools] cmdclass`, Cargo's `build`, `links`, `[profile]`) does.
+PYPROJECT: frozenset[tuple[str, ...]] = frozenset({
+    ("project", "version"), ("project", "description"), ("project", "keywords"),
+    ("project", "classifiers"), ("project", "urls"), ("project", "authors"),
+    ("project", "maintainers"),
+    *(("tool", name) for name in (
+        "ruff", "black", "isort", "mypy", "pyright", "pylint", "flake8", "pytest", "coverage",
+        "codespell", "bandit", "pydocstyle", "docformatter", "towncrier", "bumpversion",
+        "commitizen", "semantic_release", "tbump", "interrogate", "vulture", "yapf",
+        "autopep8", "pycln", "pyupgrade", "tox", "cibuildwheel", "pytype", "deptry")),
+})
+CARGO: frozenset[tuple[str, ...]] = frozenset({
+    ("package", "version"), ("package", "description"), ("package", "keywords"),
+    ("package", "categories"), ("package", "authors"), ("package", "homepage"),
+    ("package", "documentation"), ("package", "repository"),
+    ("workspace", "package", "version"), ("lints",), ("workspace", "lints"), ("badges",),
+})
+SPLIT = ("project", "tool", "package", "workspace")  # tables whose keys are parts of their own
+MAX_DOTS = 256  # a line with more: the file is keyed whole (tomllib is slow on such keys)
 TABLES = {"pyproject.toml": PYPROJECT, "Cargo.toml": CARGO}
 LOCKS = ("Cargo.lock", "uv.lock")  # keyed without the version of the project's own packages
 REGULAR = ("100644", "100755")
@@ -65,17 +63,36 @@ def parts(path: str, mode: str, blob: str, read: ReadBlob | None) -> Parts:
     name = path.rsplit("/", 1)[-1]
     if read is None or mode not in REGULAR or (name not in TABLES and name not in LOCKS):
         return whole(mode, blob)
-    data = read(blob)
+    cached = _PARTS.get((name, mode, blob))
+    if cached is None:
+        cached = _parts(name, mode, blob, read(blob))
+        if len(_PARTS) >= PARTS_CACHE:
+            _PARTS.clear()
+        _PARTS[(name, mode, blob)] = cached
+    return dict(cached)
+
+
+PARTS_CACHE = 4096
+_PARTS: dict[tuple[str, str, str], Parts] = {}  # a blob's parts: the same for the same bytes
+
+
+def _parts(name: str, mode: str, blob: str, data: bytes | None) -> Parts:
     document = parse(data) if data is not None and len(data) <= MANIFEST_LIMIT else None
     if document is None:
         return whole(mode, blob)
-    if name in LOCKS:
-        return {WHOLE: "lock " + digest(without_own_versions(document))}
-    return tables(document, TABLES[name])
+    try:
+        if name in LOCKS:
+            return {WHOLE: "lock " + digest(without_own_versions(document))}
+        return tables(document, TABLES[name])
+    except (RecursionError, ValueError):  # nested too deep to digest: the whole file, then
+        return whole(mode, blob)
 
 
 def parse(data: bytes) -> dict[str, Any] | None:
-    """A TOML document, or None if it is not one (never an exception: the file is untrusted)."""
+    """A TOML document, or None if it is not one, or is one that would take long to parse
+    (never an exception: the file is untrusted)."""
+    if any(line.count(b".") > MAX_DOTS for line in data.splitlines()):
+        return None
     try:
         return tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError):
@@ -101,22 +118,41 @@ def dynamic_files(data: bytes) -> list[str]:
     return names
 
 
-def tables(document: dict[str, Any], wanted: tuple[tuple[str, ...], ...]) -> Parts:
+def tables(document: dict[str, Any], quiet: frozenset[tuple[str, ...]]) -> Parts:
+    """The document without its `quiet` keys, as parts: one per top-level table, the tables
+    of SPLIT one per key (`[project] dependencies`, `[tool.uv]`)."""
     found: Parts = {}
-    for keys in wanted:
-        value: Any = document
-        for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        if value is not None:
-            found[part_name(keys)] = digest(value)
+    for key, value in document.items():
+        if key in SPLIT and isinstance(value, dict):
+            for sub, inner in value.items():
+                kept = _without(inner, quiet, (key, sub))
+                if kept is not _QUIET:
+                    found[part_name(key, sub)] = digest(kept)
+        else:
+            kept = _without(value, quiet, (key,))
+            if kept is not _QUIET:
+                found[part_name(key)] = digest(kept)
     return found
 
 
-def part_name(keys: tuple[str, ...]) -> str:
-    """`[project] dependencies`, `[build-system]`, `[tool.poetry] group`."""
-    if len(keys) == 1:
-        return f"[{keys[0]}]"
-    return f"[{'.'.join(keys[:-1])}] {keys[-1]}"
+_QUIET = object()  # a value left out whole
+
+
+def _without(value: Any, quiet: frozenset[tuple[str, ...]], at: tuple[str, ...]) -> Any:
+    """`value` (found at the key path `at`) without the quiet keys below it."""
+    if at in quiet:
+        return _QUIET
+    if not isinstance(value, dict) or not any(q[:len(at)] == at for q in quiet):
+        return value
+    kept = {k: _without(v, quiet, (*at, k)) for k, v in value.items()}
+    return {k: v for k, v in kept.items() if v is not _QUIET}
+
+
+def part_name(key: str, sub: str | None = None) -> str:
+    """`[dependencies]`, `[project] dependencies`, `[tool.uv]`."""
+    if sub is None:
+        return f"[{key}]"
+    return f"[{key}.{sub}]" if key == "tool" else f"[{key}] {sub}"
 
 
 def without_own_versions(document: dict[str, Any]) -> dict[str, Any]:
