@@ -217,10 +217,10 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
                        "squashed tree is verified first)")
         _cache_options(p, "the squash check")
         p.add_argument("--pipeline", dest="pipeline", action="store_const", const="full",
-                       default="warm", help="while a commit builds and tests, also let the "
-                       "model extract the next one ahead, kept only if the commit needed no fix "
-                       "(same history as without; by default only the next sandbox is prepared "
-                       "ahead)")
+                       help="while a commit builds and tests, also let the model extract the "
+                       "next one ahead, kept only if the commit needed no fix (same history as "
+                       "without; by default only the next sandbox is prepared ahead, except "
+                       "over ssh://)")
         p.add_argument("--no-pipeline", dest="pipeline", action="store_const", const="off",
                        help="one thing at a time: not even the next sandbox is prepared ahead")
         p.add_argument("--strict-provenance", action="store_true",

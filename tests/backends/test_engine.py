@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from retcon_sandbox.backends import engines
-from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine, EngineError
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import Demo, cli, git
 
@@ -124,6 +124,10 @@ def test_an_engine_lost_mid_run_is_an_engine_error(monkeypatch: pytest.MonkeyPat
         with pytest.raises(SandboxError) as raised:
             engine.image_tags("retcon-sandbox/")
         assert "cannot list images" in raised.value.message
+        # how a command ended is never made up from a failed request (it was "killed by
+        # signal 9", a failing verdict recorded in the spec)
+        with pytest.raises(EngineError):
+            engine.exec_exit_code("0123abcd")
     finally:
         server.shutdown()
         server.server_close()

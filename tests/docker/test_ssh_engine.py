@@ -81,7 +81,7 @@ def ssh_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshEngine]:
     (where / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {where / 'host_key'}\n"
         f"AuthorizedKeysFile {where / 'authorized_keys'}\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nMaxSessions 100\nPermitRootLogin prohibit-password\nStrictModes no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
         f"PidFile {where / 'sshd.pid'}\nUsePAM no\n")
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation needs it (as root)
     log = where / "sshd.log"

@@ -17,6 +17,7 @@ from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
     ModelOptions,
     check_base_url,
+    default_pipeline,
     engine_in_use,
     find_repo,
     limit_options,
@@ -75,7 +76,7 @@ class ExecuteOptions:
     package_cache: bool = True
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
-    pipeline: str = "warm"  # see RunOptions.pipeline
+    pipeline: str | None = None  # see RunOptions.pipeline; None: `default_pipeline`
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -157,7 +158,9 @@ def execute(options: ExecuteOptions) -> int:
                              strict_provenance=options.strict_provenance,
                              accept_provenance=options.accept_provenance,
                              adopt_branch=options.adopt_branch,
-                             base_check=options.base_check, pipeline=options.pipeline),
+                             base_check=options.base_check,
+                             pipeline=options.pipeline or default_pipeline(options.sandbox,
+                                                                           options.engine)),
                   settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base, final=final)

@@ -315,6 +315,19 @@ def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
                          Path(os.path.realpath(spec.path)), None)
 
 
+def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> str:
+    """`execute`'s overlap when neither --pipeline nor --no-pipeline is given: the next
+    commit's sandbox prepared ahead ("warm"), except over an ssh:// engine ("off"), where every
+    stream and API connection is a session of one SSH connection and sshd allows 10
+    (MaxSessions): two sandboxes at once can run out of them."""
+    if kind != "docker":
+        return "warm"
+    from retcon_sandbox.backends import engines
+
+    hosts = [endpoint.host for endpoint in engines.select_all(engine_given)]
+    return "off" if any(host.startswith("ssh://") for host in hosts) else "warm"
+
+
 def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
     """The Docker engine(s) a run talks to (--engine, DOCKER_HOST, the docker context's, or the
     default socket), for the header and --json; None for the local backend."""

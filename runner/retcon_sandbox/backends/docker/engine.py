@@ -82,6 +82,16 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (*found, paramiko.SSHException)
 
 
+SSH_POOL = 3  # idle API connections kept over SSH, each one of the server's sessions
+
+
+def _pool_size(host: str) -> int:
+    """The SDK keeps up to 10 idle API connections. Over SSH each is a session of the one
+    connection, and sshd allows 10 (MaxSessions): the attached streams of the sandboxes and
+    their commands need the rest, or a command's stream is refused mid-run."""
+    return SSH_POOL if host.startswith("ssh://") else 10
+
+
 def _connect_errors() -> tuple[type[BaseException], ...]:
     """What connecting can raise: what any call can, and the socket's own errors."""
     return (*engine_errors(), OSError)
@@ -100,7 +110,8 @@ class DockerEngine:
         deadline = _connect_deadline()
         try:
             self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
-                                          environment=self.endpoint.environment)
+                                          environment=self.endpoint.environment,
+                                          max_pool_size=_pool_size(self.endpoint.host))
             self.client.ping()
             engines.refuse_unsupported(self.endpoint, self.client.version())
         except _connect_errors() as exc:
@@ -353,11 +364,12 @@ class DockerEngine:
             raise EngineError(_first_line(exc)) from None
 
     def exec_exit_code(self, exec_id: str) -> int | None:
-        """The exec's exit code; None while it runs or if the engine cannot say."""
+        """The exec's exit code; None while it runs. The engine cannot say: EngineError (a
+        command's result is never made up from a failed request)."""
         try:
             info = self.client.api.exec_inspect(exec_id)
-        except engine_errors():
-            return None
+        except engine_errors() as exc:
+            raise EngineError(_first_line(exc)) from None
         code = info.get("ExitCode")
         return None if info.get("Running") or code is None else int(code)
 

@@ -328,7 +328,11 @@ class DockerBackend:
         try:
             check_isolation(box, f"the container from {image}")
         except (SandboxError, ToolFailure) as exc:
-            if transport.exit_code() in (126, 127):
+            try:
+                code = transport.exit_code()
+            except EngineError:  # the error at hand says more
+                code = None
+            if code in (126, 127):
                 raise SandboxError(
                     f"image {image} has no /usr/local/bin/python3 or /usr/bin/python3 (or no "
                     "/bin/sh), which the in-container helper needs",
@@ -368,7 +372,12 @@ class DockerBackend:
                                        "Rerun to resume; the commit is verified again.")
         finally:
             stream.close()
-        code = self.engine.exec_exit_code(exec_id)
+        try:
+            code = self.engine.exec_exit_code(exec_id)
+        except EngineError as exc:
+            raise SandboxError(f"the engine did not say how `{command}` ended: {exc.message}",
+                               "Nothing was recorded for it. Rerun to resume; the commit is "
+                               "verified again.") from None
         if code is None or code >= 128:  # the supervisor itself may have been killed
             self._kill_commands(container_id)
         seconds = time.monotonic() - started

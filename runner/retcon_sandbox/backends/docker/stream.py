@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from retcon_sandbox.backends.api import LINE_CAP, DeadlineExceeded
-from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.docker.engine import DockerEngine, EngineError
 from retcon_sandbox.errors import SandboxError
 
 STDERR_CAP = 64 * 1024
@@ -151,4 +151,8 @@ class ExecTransport:
 
     def describe_failure(self) -> str:
         err = (self._err + self._out[-2000:]).decode(errors="replace").strip()[-2000:]
-        return f"helper exit code {self.exit_code()}; it said: {err or '(nothing)'}"
+        try:
+            code: object = self.exit_code()
+        except EngineError as exc:
+            code = f"unknown (the engine did not say: {exc.message})"
+        return f"helper exit code {code}; it said: {err or '(nothing)'}"
