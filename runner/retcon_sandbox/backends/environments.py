@@ -189,7 +189,8 @@ class Warming:
     def _open(self, envs: Environments, label: str, tree: str, at: Place | None,
               tar: TarStream) -> None:
         try:  # the version of `at` is known already (`warm`): no git here
-            self._opened = self._stack.enter_context(envs.sandbox(label, tree, at, tar=tar))
+            self._opened = self._stack.enter_context(envs.sandbox(label, tree, at, tar=tar,
+                                                                  prepare=False))
         except BaseException as exc:  # raised by `take`, in the caller's thread
             self._error = exc
         finally:
@@ -212,9 +213,10 @@ class Environments:
 
     def __init__(self, repo: Repo, backend: Backend, settings: SandboxSettings,
                  policy: SetupPolicy, report: Reporter, source: str, fresh: bool = False,
-                 git_lock: threading.Lock | None = None) -> None:
-        """`source`: the branch whose nearest tag versions the workspace's git metadata, and
-        whose commits alone share a package cache.
+                 git_lock: threading.Lock | None = None, runs: str | None = None) -> None:
+        """`source`: the branch whose nearest tag versions the workspace's git metadata.
+        `runs`: the commit whose history's code runs (default: `source`'s), whose setups alone
+        share a package cache.
         `fresh` (--no-cache): prepare each environment again, once per run, even if kept.
         `git_lock`: shared with the environments of the run's other engines."""
         self.repo = repo
@@ -222,7 +224,7 @@ class Environments:
         self.settings = settings
         self.policy = policy
         self.report = report
-        self.source = source  # also scopes the package cache (see `cache_name`)
+        self.source = repo.resolve(runs or source)  # scopes the package cache (`cache_name`)
         self.tag = repo.describe_tag(source) if settings.git_metadata else None
         chosen = settings.setup_inputs
         self._inputs = Patterns(DEFAULT_INPUTS if chosen is None else chosen)  # [] is none
@@ -330,17 +332,18 @@ class Environments:
 
     @contextlib.contextmanager
     def sandbox(self, label: str, tree: str, at: Place | None = None,
-                phases: Phases | None = None, tar: TarStream | None = None
-                ) -> Iterator[Opened]:
+                phases: Phases | None = None, tar: TarStream | None = None,
+                prepare: bool = True) -> Iterator[Opened]:
         """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
         metadata when on (versioned as the tree's place `at` says, see `version`). `phases`
         adds up the seconds each step takes (the bench reads them). Only the tree's tar is made
         under `git_lock` (into a spool): the sandbox unpacks it outside the lock, while another
-        thread reads git. `tar`: the tree, already read from git (see `warm`)."""
+        thread reads git. `tar`: the tree, already read from git (see `warm`). Without
+        `prepare`, an environment that is not there is an error, not a setup run here."""
         clock = phases if phases is not None else Phases()
         version = self.version(at)
         with clock.timed("environment"):
-            image = self.image_for(tree, version)
+            image = self.image_for(tree, version, prepare)
         docker = self.docker
         if docker is None:
             self._local_warning()
@@ -391,7 +394,8 @@ class Environments:
                     return None
         return Warming(self, label, tree, at, TarStream((bytes(data),), stream.files))
 
-    def image_for(self, tree: str, version: Version | None = None) -> str | None:
+    def image_for(self, tree: str, version: Version | None = None, prepare: bool = True
+                  ) -> str | None:
         key = self.key(tree)
         docker = self.docker
         if key is None or docker is None:
@@ -404,6 +408,9 @@ class Environments:
             if kept and not (self._fresh and key not in self._prepared):
                 self._ids.setdefault(key, docker.engine.image_id(tag))
                 return tag
+            if not prepare:  # a sandbox opened ahead: the run's own thread prepares it
+                raise SetupError(f"the environment {tag} is gone (removed by another run?)",
+                                 "It is prepared again when the commit gets there.")
             replaced = docker.engine.image_id(tag) if kept else None
             self._run_setup(docker, tree, repository, key, version or (self.tag, 0),
                             again=kept)

@@ -208,8 +208,8 @@ def building(engine: DockerEngine, tag: str, progress: Progress) -> Iterator[Non
     path = log_dir() / "locks" / f"image-{name}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle = path.open("a+b")
-    except OSError:
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600), "r+b")
+    except OSError:  # a symbolic link there, too: never followed
         yield
         return
     with handle:

@@ -118,10 +118,11 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     backends = make_backends(args.sandbox, holder, settings, access, spec_image, plan.repo, given)
     backend = backends[0]
     source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
+    runs = plan.rows[-1].sha if plan.rows else None  # the range's code: its cache (not the spec's)
     envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
-                        fresh=bool(args.no_cache))
+                        fresh=bool(args.no_cache), runs=runs)
     more = [Environments(plan.repo, other, settings, access.setup, reporter, source,
-                         fresh=bool(args.no_cache), git_lock=envs.git_lock)
+                         fresh=bool(args.no_cache), git_lock=envs.git_lock, runs=runs)
             for other in backends[1:]]
     environment = backend.environment() + envs.describe()
     verifier = Verifier(commands, reporter, cache, environment, envs.prepared_id)
