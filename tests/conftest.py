@@ -167,6 +167,30 @@ def cli_at_terminal(*args: str, typed: bytes, env: dict[str, str] | None = None,
     return Result(proc.returncode, out, err)
 
 
+def cli_on_a_terminal(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                      timeout: float = 60) -> Result:
+    """The real command line with a pseudo-terminal as its standard output (all it wrote, as
+    text, in `out`); standard input and error are not a terminal."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], cwd=cwd or NEUTRAL, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return Result(proc.wait(timeout=timeout), out.decode(), "")
+
+
 def llm_env(base_url: str) -> dict[str, str]:
     return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "test-key",
             "RETCON_SANDBOX_MODEL": "fake-model"}

@@ -4,15 +4,12 @@ repositories, the local backend (the Docker tier repeats the essentials in conta
 from __future__ import annotations
 
 import json
-import os
-import pty
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.repo import demo as demo_project
-from tests.conftest import CLI, Demo, cli, git, llm_env, make_demo
+from tests.conftest import Demo, cli, cli_on_a_terminal, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction
 
@@ -133,24 +130,10 @@ def test_one_commit_and_hostile_subjects(demo: Demo) -> None:
 
 def on_a_terminal(demo: Demo, env: dict[str, str] | None = None) -> str:
     """verify's output on a pseudo-terminal."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([*CLI, "verify", "main..feature", "--spec", str(demo.spec),
-                             "-j", "2", *LOCAL], cwd=demo.path, stdin=subprocess.DEVNULL,
-                            stdout=follower, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})})
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    assert proc.wait(timeout=60) == 3
-    return out.decode()
+    result = cli_on_a_terminal("verify", "main..feature", "--spec", str(demo.spec), "-j", "2",
+                               *LOCAL, cwd=demo.path, env=env)
+    assert result.code == 3
+    return result.out
 
 
 @pytest.mark.slow

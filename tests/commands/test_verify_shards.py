@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.verify.cache import REF
-from tests.conftest import cli, git
+from tests.conftest import cli, cli_on_a_terminal, git
 
 pytestmark = pytest.mark.slow  # whole runs of the command line
 
@@ -155,29 +155,11 @@ def test_the_shard_line_is_printed(tmp_path: Path) -> None:
 
 def test_an_empty_shard_on_a_terminal_moves_no_cursor(tmp_path: Path) -> None:
     """N above the number of trees: nothing to do, exit 0, and no table to redraw."""
-    import os
-    import pty
-
-    from tests.conftest import CLI
-
     origin = tmp_path / "origin"
     origin_with_feature(origin)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([*CLI, "verify", "main..feature", "--repo", str(origin), *COMMANDS,
-                             *LOCAL, "--shard", "9/9"], stdin=subprocess.DEVNULL,
-                            stdout=follower, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **KEY, "TERM": "xterm", "NO_COLOR": ""})
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0
-    text = out.decode()
+    result = cli_on_a_terminal("verify", "main..feature", "--repo", str(origin), *COMMANDS,
+                               *LOCAL, "--shard", "9/9",
+                               env={**KEY, "TERM": "xterm", "NO_COLOR": ""})
+    assert result.code == 0
+    text = result.out
     assert "Shard 9/9: 0 of 7 trees" in text and "\x1b[" not in text, text
