@@ -31,8 +31,8 @@ STEP = {"id", "if", "name", "uses", "run", "with", "env", "shell", "working-dire
 EVENTS = {"workflow_dispatch", "push", "pull_request", "schedule", "workflow_call"}
 
 
-def load() -> dict[str, Any]:
-    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+def load(workflow: Path = WORKFLOW) -> dict[str, Any]:
+    data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     if True in data:  # YAML 1.1 reads the key `on` as a boolean
         data["on"] = data.pop(True)

@@ -16,24 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from retcon_sandbox.cli import parser
 from retcon_sandbox.errors import UsageError
 from retcon_sandbox.verify.cache import REF
 from tests.conftest import ROOT, cli, git
 from tests.test_ci_recipe import EVENTS, JOB, STEP, TOP
+from tests.test_ci_recipe import load as load_workflow
 
 WORKFLOW = ROOT / "docs" / "ci" / "github-actions-shards.yml"
 RUN_ID = "4242"
 
 
 def load() -> dict[str, Any]:
-    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
-    assert isinstance(data, dict)
-    if True in data:  # YAML 1.1 reads the key `on` as a boolean
-        data["on"] = data.pop(True)
-    return data
+    return load_workflow(WORKFLOW)
 
 
 def matrix() -> list[int]:
