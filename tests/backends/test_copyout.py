@@ -29,6 +29,7 @@ from retcon_sandbox.protocol import (
     export_header,
 )
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
+from tests.test_protocol import Scripted
 
 MAX = 1 << 20
 
@@ -101,34 +102,20 @@ def test_a_file_over_the_limit_is_refused(box: HelperSandbox, repo: Repo) -> Non
     assert copy_out(box, repo, 1000, ["small"]).keys() == {"small"}
 
 
-class Streamed:
+class Streamed(Scripted):
     """A transport whose 'helper' answers `export` with the given file count, then the given
     raw bytes: a stream as something in the sandbox could forge it."""
 
     def __init__(self, files: int, raw: bytes, wrap: bool = True) -> None:
-        self.files = files
+        super().__init__({"ok": True, "files": files})
         self.raw = io.BytesIO(blocks(raw) if wrap else raw)
-        self.sent: list[bytes] = []
-
-    def set_deadline(self, deadline: float | None) -> None:
-        pass
-
-    def send(self, data: bytes) -> None:
-        self.sent.append(data)
 
     def readline(self) -> bytes:
-        request = json.loads(self.sent[-1].split(b"\n", 1)[0])
-        assert request["op"] == "export"
-        return json.dumps({"ok": True, "files": self.files, "id": request["id"]}).encode() + b"\n"
+        assert json.loads(self.sent[-1].split(b"\n", 1)[0])["op"] == "export"
+        return super().readline()
 
     def read(self, n: int) -> bytes:
         return self.raw.read(n)
-
-    def close(self) -> None:
-        pass
-
-    def describe_failure(self) -> str:
-        return "scripted"
 
 
 def blocks(stream: bytes, packed: bool = False) -> bytes:
