@@ -94,7 +94,8 @@ class FakeOpenAI:
         self._calls = 0
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
+                                       daemon=True)  # polls shutdown() every 20 ms, not 500
 
     @property
     def base_url(self) -> str:
@@ -143,7 +144,8 @@ class FakeOpenAI:
                 if self.respond is not None:
                     step = self.respond(body)
                 elif not self.script:
-                    return 500, {"error": {"message": "script exhausted", "type": "test"}}
+                    return 500, {"error": {"message": "script exhausted", "type": "test"}}, \
+                        (("retry-after-ms", "20"),)  # retried as often, without the backoff
                 else:
                     step = self.script.pop(0)
         if isinstance(step, Raw | Hang):

@@ -9,6 +9,8 @@ from typing import Any
 from retcon_sandbox.repo import demo as d
 from tests.fake_openai import Call, Fault, Step, call
 
+# What the faults ask for (OpenAI's `retry-after-ms`): the retry is real, its wait short.
+QUICK_RETRY = (("retry-after-ms", "20"),)
 BROKEN_DISCOUNTS = "def discounted_total(cart, code=None:\n    return 0\n"
 
 
@@ -20,9 +22,9 @@ def reconstruction() -> list[Step]:
     """Four commits from the demo's ten messy ones, through faults, malformed calls and a fix."""
     return [
         # commit 1: a rate limit, a look at the diff, a server error, two malformed calls, work
-        Fault(429),
+        Fault(429, headers=QUICK_RETRY),
         [call("read_diff")],
-        Fault(500),
+        Fault(500, headers=QUICK_RETRY),
         [call("rm_rf", path="/"), call("write_file", raw='{"path": "shop/validation.py"'),
          call("read_file", offset=3)],
         [write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),

@@ -517,8 +517,9 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
     MADE.extend(prepared(again))
     assert result.code == 0, result.out + result.err
     assert [e["cache"] for e in again if e["event"] == "setup"] == [None, None]
-    assert [str(e["line"]) for e in again if e["event"] == "setup_output"
-            and str(e["line"]).startswith("kept-")] == ["kept-2", "kept-3"], result.out
+    # verify -j 2 may prepare either environment first; neither sees the other's mark
+    assert sorted(str(e["line"]) for e in again if e["event"] == "setup_output"
+                  and str(e["line"]).startswith("kept-")) == ["kept-2", "kept-3"], result.out
     for tag in set(MADE):
         if engine.has_image(tag):
             engine.remove_image(tag)

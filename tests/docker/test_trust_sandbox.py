@@ -4,6 +4,7 @@ cannot bring volumes or an entrypoint. Each attacks from inside and is judged fr
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -137,13 +138,15 @@ def test_image_volumes_and_entrypoints_are_neutralised(engine: DockerEngine,
                          "echo data > /data/f", 10)
         assert result.passed, result.output
         assert " /data tmpfs " in result.output
-    assert _dangling_volumes() == volumes_before
+    assert not _dangling_volumes() - volumes_before
 
 
 def _dangling_volumes() -> set[str]:
+    """Anonymous volumes (named by 64 hex digits; tests beside this one make and remove named
+    package caches, which are not what an image's VOLUME would leave)."""
     out = subprocess.run(["docker", "volume", "ls", "-q"], capture_output=True, text=True,
                          check=True).stdout
-    return set(out.split())
+    return {name for name in out.split() if re.fullmatch(r"[0-9a-f]{64}", name)}
 
 
 MEASURE = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
