@@ -72,6 +72,30 @@ def ahead_default() -> bool:
 _Ready = tuple[contextlib.ExitStack, Opened]  # an open sandbox, and how to remove it
 
 
+class _Remover:
+    """Removes used sandboxes on threads of their own, and keeps what a removal raised: a
+    container left behind is reported once the batch is done, not lost with its future."""
+
+    def __init__(self, workers: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-remove")
+        self._removals: list[Future[None]] = []
+
+    def submit(self, close: Callable[[], None]) -> None:
+        self._removals.append(self._executor.submit(close))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def raise_first(self) -> None:
+        for removal in self._removals:
+            error = removal.exception()
+            if isinstance(error, RetconError) and not error.hint:
+                error.hint = ("Every tree's result is recorded: run verify again to see them. "
+                              "`retcon-sandbox clean` removes what a finished run left behind.")
+            if error is not None:
+                raise error
+
+
 class Pool:
     def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int,
                  more: Sequence[Environments] = (), ahead: bool | None = None) -> None:
@@ -121,7 +145,7 @@ class Pool:
         workers = min(self.jobs, len(pending))
         done: queue.Queue[tuple[Item, Outcome]] = queue.Queue()
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-verify")
-        remover = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-remove")
+        remover = _Remover(workers)
         futures: list[Future[None]] = [
             executor.submit(self._worker, self.engines[k % len(self.engines)], started, done,
                             remover) for k in range(workers)]
@@ -152,7 +176,8 @@ class Pool:
             raise
         finally:
             executor.shutdown(wait=True)
-            remover.shutdown(wait=True)
+            remover.shutdown()
+        remover.raise_first()  # every result is recorded; a sandbox left behind is still an error
 
     def _take(self) -> Item | None:
         with self._taking:
@@ -161,7 +186,7 @@ class Pool:
             return self._queue.popleft()
 
     def _worker(self, envs: Environments, started: Started | None,
-                done: queue.Queue[tuple[Item, Outcome]], remover: ThreadPoolExecutor) -> None:
+                done: queue.Queue[tuple[Item, Outcome]], remover: _Remover) -> None:
         """Take trees until none is left: run one tree's commands while the next one's sandbox
         opens (on a thread of its own), and leave each used sandbox to `remover`."""
         opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retcon-open")
