@@ -500,11 +500,11 @@ class Environments:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
                                  f"kept: {kept.output.strip()[-500:]}",
                                  "The image needs a writable /var/tmp.")
-            self._check_disk(docker, box)
-            docker.commit_image(box, repository, key, {
+            image_id = docker.commit_image(box, {
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
                 LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
+        self._keep_within_disk(docker, image_id, repository, key)
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1))
 
@@ -530,18 +530,28 @@ class Environments:
             previous = loaded if isinstance(loaded, dict) else {}
         return why_new(previous, record)
 
-    def _check_disk(self, docker: DockerBackend, box: DockerSandbox) -> None:
-        """What setup wrote to the image's layer (the workspace files it made are kept there
-        too, by the snapshot), against --setup-disk: above it, nothing is kept."""
-        written = docker.engine.container_written(box.container_id)
-        self.report.emit("setup_disk", written=written, cap=self.policy.disk)
-        if written > self.policy.disk:
-            raise SetupError(f"setup wrote {human_bytes(written)} ({written} bytes), over "
-                             f"--setup-disk {human_bytes(self.policy.disk)}: the environment "
-                             "was not kept",
-                             "If the project needs that much, give a larger --setup-disk SIZE "
-                             "(e.g. --setup-disk 8g); else make [sandbox] setup write less "
-                             "(clean caches, skip build artefacts).")
+    def _keep_within_disk(self, docker: DockerBackend, image_id: str, repository: str,
+                          tag: str) -> None:
+        """Tag the committed setup as `repository:tag` if what it wrote (its image's own layer:
+        the workspace files the snapshot kept are in it too) is within --setup-disk; above it,
+        the untagged image is removed and nothing is kept. Measuring the image, not the
+        container, spares a walk of the whole file system; a setup over the cap holds its
+        bytes twice until then."""
+        try:
+            written = docker.written(image_id)
+            self.report.emit("setup_disk", written=written, cap=self.policy.disk)
+            if written > self.policy.disk:
+                raise SetupError(f"setup wrote {human_bytes(written)} ({written} bytes), over "
+                                 f"--setup-disk {human_bytes(self.policy.disk)}: the "
+                                 "environment was not kept",
+                                 "If the project needs that much, give a larger --setup-disk "
+                                 "SIZE (e.g. --setup-disk 8g); else make [sandbox] setup write "
+                                 "less (clean caches, skip build artefacts).")
+            docker.keep_image(image_id, repository, tag)
+        except BaseException:
+            with contextlib.suppress(ImageError):
+                docker.engine.remove_image(image_id)
+            raise
 
     def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:
         self.report.emit("setup_command", command=command)

@@ -316,12 +316,28 @@ class DockerEngine:
         except engine_errors():
             pass
 
-    def commit_container(self, container_id: str, repository: str, tag: str,
-                         labels: dict[str, str]) -> None:
-        """The container as an image (its tmpfs mounts are not part of it)."""
+    def commit_container(self, container_id: str, labels: dict[str, str]) -> str:
+        """The container as an untagged image (its tmpfs mounts are not part of it): its ID."""
         try:
             container = self.client.containers.get(container_id)
-            container.commit(repository=repository, tag=tag, conf={"Labels": labels})
+            return str(container.commit(conf={"Labels": labels}).id)
+        except engine_errors() as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def layer_size(self, image_id: str) -> int:
+        """The size of the image's own (top) layer, in bytes: what a committed container wrote.
+        The engine keeps it with the layer; a container's SizeRw is computed by walking its
+        whole file system (seconds on fuse-overlayfs)."""
+        try:
+            layers = self.client.images.get(image_id).history()
+        except engine_errors() as exc:
+            raise EngineError(_first_line(exc)) from None
+        return int(layers[0].get("Size") or 0) if layers else 0
+
+    def tag_image(self, image_id: str, repository: str, tag: str) -> None:
+        try:
+            if not self.client.api.tag(image_id, repository, tag):
+                raise EngineError(f"the engine did not tag {image_id[:19]}")
         except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
@@ -443,18 +459,6 @@ class DockerEngine:
         except engine_errors() as exc:
             raise EngineError(f"cannot remove volume {name}: {_first_line(exc)}") from None
         return True
-
-    def container_written(self, container_id: str) -> int:
-        """What a container wrote to its own layer (SizeRw), in bytes."""
-        try:
-            found = self.client.api.containers(all=True, size=True,
-                                               filters={"id": container_id})
-        except engine_errors() as exc:
-            raise SandboxError(f"cannot measure the setup's container: {_first_line(exc)}"
-                               ) from None
-        if not found:
-            raise SandboxError("the setup's container is gone before it could be measured")
-        return int(found[0].get("SizeRw") or 0)
 
     def host_addresses(self) -> list[str]:
         """The engine host's own addresses as a container may reach them: every network's

@@ -237,11 +237,24 @@ class DockerBackend:
                                "Give --no-package-cache to set up without it.") from None
         self.engine.discard_container(container_id)
 
-    def commit_image(self, box: DockerSandbox, repository: str, tag: str,
-                     labels: dict[str, str]) -> None:
-        """The setup container as an image (its tmpfs mounts are not part of it)."""
+    def commit_image(self, box: DockerSandbox, labels: dict[str, str]) -> str:
+        """The setup container as an untagged image (its tmpfs mounts are not part of it): its
+        ID, for `written` and `keep_image` (or `engine.remove_image`)."""
         try:
-            self.engine.commit_container(box.container_id, repository, tag, labels)
+            return self.engine.commit_container(box.container_id, labels)
+        except EngineError as exc:
+            raise SandboxError(f"cannot keep the prepared environment: {exc}") from None
+
+    def written(self, image_id: str) -> int:
+        """What the setup wrote: the committed image's own layer, in bytes."""
+        try:
+            return self.engine.layer_size(image_id)
+        except EngineError as exc:
+            raise SandboxError(f"cannot measure the prepared environment: {exc}") from None
+
+    def keep_image(self, image_id: str, repository: str, tag: str) -> None:
+        try:
+            self.engine.tag_image(image_id, repository, tag)
         except EngineError as exc:
             raise SandboxError(f"cannot keep the prepared environment as {repository}:{tag}: "
                                f"{exc}") from None
