@@ -4,10 +4,13 @@ repository rather than root, on the base image `retcon-sandbox images build` mad
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,15 @@ def run_compose(*args: str, env: dict[str, str], timeout: float = 900,
     return proc
 
 
+@pytest.fixture
+def project() -> Iterator[dict[str, str]]:
+    """A Compose project of the test's own: tests running side by side each get their network
+    (two `run`s of one project at once may each create it, and then neither can use it)."""
+    env = {"COMPOSE_PROJECT_NAME": f"retcon-test-{uuid.uuid4().hex[:12]}"}
+    yield env
+    run_compose("down", env=env, check=False)
+
+
 def build_with_host_wheels(env: dict[str, str]) -> None:
     """As the README says for a network that intercepts TLS: the host (which trusts the CA)
     makes the wheels, and the image installs them with no index."""
@@ -51,6 +63,23 @@ def build_with_host_wheels(env: dict[str, str]) -> None:
         run_compose("build", "retcon-sandbox", env=env)
     finally:
         shutil.rmtree(wheels, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def runner_base(engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """retcon-sandbox/runner:latest, built once per test session on the base `images build` made
+    (xdist workers take turns under a lock: the first builds, the others find it built, and no
+    two write ROOT/wheels at once). Returns the base."""
+    base = images.ensure(engine, images.CATALOG["base"].tag, print)
+    shared = tmp_path_factory.getbasetemp().parent  # one folder for every worker of the run
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
+    with open(shared / "compose-runner.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = shared / f"compose-runner-{run}.built"
+        if not built.exists():
+            build_with_host_wheels({"RETCON_SANDBOX_BASE_IMAGE": base})
+            built.write_text(base)
+    return base
 
 
 def test_compose_config_has_no_empty_variable_and_takes_socket_and_base_from_the_env(
@@ -77,14 +106,12 @@ def test_compose_config_has_no_empty_variable_and_takes_socket_and_base_from_the
 
 
 def test_the_demo_runs_through_compose_as_the_repository_owner(
-        engine: DockerEngine, tmp_path: Path) -> None:
-    base = images.ensure(engine, images.CATALOG["base"].tag, print)
+        runner_base: str, project: dict[str, str], tmp_path: Path) -> None:
     owner = os.getuid() if os.getuid() != 0 else 1234  # never root: that is what we test
     repo = tmp_path / "mounted"
     repo.mkdir()
     os.chown(repo, owner, owner)
-    env = {"RETCON_SANDBOX_BASE_IMAGE": base, "REPO": str(repo)}
-    build_with_host_wheels(env)
+    env = {"RETCON_SANDBOX_BASE_IMAGE": runner_base, "REPO": str(repo), **project}
     demo = run_compose("run", "--rm", "retcon-sandbox", "demo", "--directory", "/repo/demo",
                        env=env, timeout=600)
     assert "Tree check: feature-clean == feature ✓" in demo.stdout, demo.stdout + demo.stderr
@@ -97,13 +124,12 @@ def test_the_demo_runs_through_compose_as_the_repository_owner(
 
 
 def test_compose_refuses_a_repository_that_belongs_to_root(
-        engine: DockerEngine, tmp_path: Path) -> None:
+        runner_base: str, project: dict[str, str], tmp_path: Path) -> None:
     if os.getuid() != 0:
         pytest.skip("only root can make a root-owned folder here")  # the owner case above runs
     repo = tmp_path / "rootrepo"
     repo.mkdir()
-    env = {"RETCON_SANDBOX_BASE_IMAGE": images.CATALOG["base"].tag, "REPO": str(repo)}
-    build_with_host_wheels(env)
+    env = {"RETCON_SANDBOX_BASE_IMAGE": runner_base, "REPO": str(repo), **project}
     refused = run_compose("run", "--rm", "retcon-sandbox", "version", env=env, check=False)
     assert refused.returncode == 1
     assert "belongs to root; refusing to run as root" in refused.stderr
