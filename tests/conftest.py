@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,14 @@ CLI = (sys.executable, "-m", "retcon_sandbox")
 NEUTRAL = Path(tempfile.gettempdir())
 SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR", "GIT_INDEX_FILE",
          "GIT_WORK_TREE", "XDG_STATE_HOME", "RETCON_SANDBOX_NOTES_KEY")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the CLIs the tests start, even when the suite itself was started in the
+    background by a shell (`cmd &` without job control ignores SIGINT, and a child inherits an
+    ignored signal: the Ctrl-C tests then wait for a process that never stops)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
