@@ -34,18 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Docker tests are marked `docker`. The longest run first: the Docker tier, then the whole
-    runs (`slow`), then the rest, each in its own order. pytest-xdist hands the first items out
-    in turn and the others as workers come free, so the two workers run Docker tests side by
-    side, then the local ones, and the short tests even out the end. Mixed with the local whole
-    runs, the Docker tier (whose engine, fuse-overlayfs and containers need cores of their own)
-    made the whole suite 22 minutes on 2 cores, against 16 for the two tiers one after the
-    other."""
     for item in items:
         if "tests/docker" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.docker)
-    items.sort(key=lambda item: 0 if item.get_closest_marker("docker")
-               else 1 if item.get_closest_marker("slow") else 2)
 
 
 @pytest.fixture(scope="session")
