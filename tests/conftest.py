@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shlex
 import shutil
@@ -23,6 +25,15 @@ CLI = (sys.executable, "-m", "retcon_sandbox")
 NEUTRAL = Path(tempfile.gettempdir())
 SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR", "GIT_INDEX_FILE",
          "GIT_WORK_TREE", "XDG_STATE_HOME", "RETCON_SANDBOX_NOTES_KEY")
+
+
+@contextlib.contextmanager
+def building_from_root() -> Iterator[None]:
+    """Held while a test builds a distribution from the checkout: setuptools works in ROOT/build,
+    and two builds at once (test workers side by side) collide there ("File exists")."""
+    with open(NEUTRAL / "retcon-sandbox-tests-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, building_from_root
 
 
 def _setuptools_major() -> int:
@@ -32,8 +32,9 @@ BUILD = ("import sys; from setuptools import build_meta as b; "
 
 
 def build(kind: str, into: Path) -> tuple[Path, str]:
-    proc = subprocess.run([sys.executable, "-W", "always", "-c", BUILD, str(into), kind],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    with building_from_root():
+        proc = subprocess.run([sys.executable, "-W", "always", "-c", BUILD, str(into), kind],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return into / proc.stdout.strip().splitlines()[-1], proc.stdout + proc.stderr
 

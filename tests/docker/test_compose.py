@@ -18,7 +18,7 @@ import yaml
 
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from tests.conftest import ROOT
+from tests.conftest import ROOT, building_from_root
 
 MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL",
                    "RETCON_SANDBOX_MODEL_TIMEOUT")
@@ -57,8 +57,9 @@ def build_with_host_wheels(env: dict[str, str]) -> None:
     """As the README says for a network that intercepts TLS: the host (which trusts the CA)
     makes the wheels, and the image installs them with no index."""
     wheels = ROOT / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True, timeout=900)
+    with building_from_root():
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), str(ROOT)],
+                       check=True, capture_output=True, timeout=900)
     try:
         run_compose("build", "retcon-sandbox", env=env)
     finally:

@@ -19,7 +19,7 @@ import pytest
 
 from retcon_sandbox import __version__
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from tests.conftest import ROOT
+from tests.conftest import ROOT, building_from_root
 
 CONSTRAINTS = ROOT / "constraints" / "dev.txt"
 IGNORED = shutil.ignore_patterns(".git", "__pycache__", ".*_cache", "*.egg-info", "build", "dist")
@@ -37,8 +37,9 @@ def run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None,
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist,
-        ROOT, cwd=dist)
+    with building_from_root():
+        run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist,
+            ROOT, cwd=dist)
     (found,) = dist.glob("retcon_sandbox-*.whl")
     return found
 
