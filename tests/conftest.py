@@ -28,12 +28,17 @@ SCRUB = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL", "GIT_DIR",
 
 
 @contextlib.contextmanager
-def building_from_root() -> Iterator[None]:
+def exclusive(lock: Path) -> Iterator[None]:
+    """Held by one test process at a time (test workers side by side wait their turn)."""
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def building_from_root() -> contextlib.AbstractContextManager[None]:
     """Held while a test builds a distribution from the checkout: setuptools works in ROOT/build,
     and two builds at once (test workers side by side) collide there ("File exists")."""
-    with open(NEUTRAL / "retcon-sandbox-tests-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return exclusive(NEUTRAL / "retcon-sandbox-tests-build.lock")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,7 +4,6 @@ repository rather than root, on the base image `retcon-sandbox images build` mad
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ import yaml
 
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from tests.conftest import ROOT, building_from_root
+from tests.conftest import ROOT, building_from_root, exclusive
 
 MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RETCON_SANDBOX_MODEL",
                    "RETCON_SANDBOX_MODEL_TIMEOUT")
@@ -74,8 +73,7 @@ def runner_base(engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) 
     base = images.ensure(engine, images.CATALOG["base"].tag, print)
     shared = tmp_path_factory.getbasetemp().parent  # one folder for every worker of the run
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
-    with open(shared / "compose-runner.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(shared / "compose-runner.lock"):
         built = shared / f"compose-runner-{run}.built"
         if not built.exists():
             build_with_host_wheels({"RETCON_SANDBOX_BASE_IMAGE": base})
