@@ -4,13 +4,17 @@ share the engine never lose theirs."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends import images, liveness
+from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
+from retcon_sandbox.errors import ImageError
 from retcon_sandbox.repo import demo as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, make_demo
 from tests.docker.conftest import commit_sandbox, ours
@@ -87,3 +91,38 @@ def test_clean_all_removes_live_and_dead_runs(engine: DockerEngine, tmp_path: Pa
         if running.poll() is None:
             os.killpg(running.pid, signal.SIGTERM)
             running.communicate(timeout=120)
+
+
+def unnamed_environment(engine: DockerEngine, spec: Path, pid: str) -> str:
+    """What a setup killed between saving its image and naming it leaves: an untagged image
+    with a prepared environment's label and its run's labels (the setup container's)."""
+    owner = liveness.labels_of(liveness.this_process())
+    container = engine.client.containers.create(
+        images.default_image(), ["true"],
+        labels={**owner, LABEL_RUN: "test", LABEL_SPEC: str(spec), liveness.LABEL_PID: pid})
+    try:
+        return engine.commit_container(str(container.id), {images.LABEL_ENV_SCOPE: "test"})
+    finally:
+        container.remove(force=True)
+
+
+def test_clean_removes_the_unnamed_image_of_a_killed_setup(engine: DockerEngine,
+                                                           tmp_path: Path) -> None:
+    live_spec, dead_spec = tmp_path / "live.toml", tmp_path / "dead.toml"
+    live = unnamed_environment(engine, live_spec, str(os.getpid()))
+    dead = unnamed_environment(engine, dead_spec, dead_pid())
+    unrelated = unnamed_environment(engine, tmp_path / "other.toml", dead_pid())
+    try:
+        result = cli("clean", str(live_spec), str(dead_spec))
+        assert result.code == 0, result.out + result.err
+        assert "Removed 1 unnamed environment image(s)" in result.out
+        left = engine.untagged_images(images.LABEL_ENV_SCOPE)
+        assert live in left and dead not in left and unrelated in left
+
+        result = cli("clean", "--all", str(live_spec), "--json")
+        assert json.loads(result.out)["images"] == 1, result.out + result.err
+        assert live not in engine.untagged_images(images.LABEL_ENV_SCOPE)
+    finally:
+        for image in (live, dead, unrelated):
+            with contextlib.suppress(ImageError):
+                engine.remove_image(image)

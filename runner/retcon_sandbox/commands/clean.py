@@ -1,6 +1,8 @@
 """`retcon-sandbox clean`: remove the sandbox containers of runs that are no longer alive (killed
 with -9, or on a host that rebooted). A run in progress keeps its containers, and so does a run
-on another host sharing the engine; `--all` removes those too. Without spec names, it also
+on another host sharing the engine; `--all` removes those too. So it does with the images of
+setups that were killed after saving their image and before naming it (unnamed images that carry
+a prepared environment's label, and the labels of their run). Without spec names, it also
 removes the package caches that no prepared environment uses."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 
 from retcon_sandbox.backends import images, liveness
 from retcon_sandbox.backends.docker.engine import LABEL_SPEC, DockerEngine
-from retcon_sandbox.errors import EXIT_OK
+from retcon_sandbox.errors import EXIT_OK, ImageError
 from retcon_sandbox.report import JsonReporter
 
 
@@ -39,17 +41,36 @@ def run(args: argparse.Namespace) -> int:
         if (not specs or labels.get(LABEL_SPEC) in specs) and removable(labels, here, args.all):
             engine.remove_network(network_id)
             networks += 1
+    unnamed = _unnamed_environments(engine, specs, here, args.all)
     # Package caches no prepared environment uses (one a setup still uses is kept)
     caches = [] if specs else images.prune_caches(engine, lambda _: None)
     if getattr(args, "json", False):
         JsonReporter().emit("clean", removed=removed, kept=kept, networks=networks,
-                            caches=len(caches), all=bool(args.all))
+                            images=unnamed, caches=len(caches), all=bool(args.all))
         return EXIT_OK
     print(f"Removed {removed} sandbox container(s)." if removed else
           "No sandbox containers of finished runs left.")
+    if unnamed:
+        print(f"Removed {unnamed} unnamed environment image(s) of setups that were killed.")
     if caches:
         print(f"Removed {len(caches)} package cache(s) no prepared environment uses.")
     if kept:
         print(f"Kept {kept} of runs still in progress (or on other hosts); `retcon-sandbox clean "
               "--all` removes them too.")
     return EXIT_OK
+
+
+def _unnamed_environments(engine: DockerEngine, specs: set[str], here: str,
+                          everything: bool) -> int:
+    """Remove the unnamed images a killed setup left (see the module's text); the count."""
+    removed = 0
+    for image_id, labels in engine.untagged_images(images.LABEL_ENV_SCOPE).items():
+        if specs and labels.get(LABEL_SPEC) not in specs:
+            continue
+        if removable(labels, here, everything):
+            try:
+                engine.remove_image(image_id)
+            except ImageError:  # a container still uses it: once that is gone, next time
+                continue
+            removed += 1
+    return removed

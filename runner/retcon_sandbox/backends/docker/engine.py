@@ -420,6 +420,14 @@ class DockerEngine:
             raise ImageError(f"cannot list images: {_first_line(exc)}") from None
         return [_record(i, i.get("Labels")) for i in found]
 
+    def untagged_images(self, label: str) -> dict[str, dict[str, str]]:
+        """Every image with `label` (any value) and no tag, by ID, with its labels."""
+        try:
+            found = self.client.api.images(filters={"label": label, "dangling": True})
+        except engine_errors() as exc:
+            raise ImageError(f"cannot list images: {_first_line(exc)}") from None
+        return {str(i["Id"]): dict(i.get("Labels") or {}) for i in found}
+
     # -- volumes (setup's package caches) ---------------------------------------------------
 
     def has_volume(self, name: str) -> bool:
