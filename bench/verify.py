@@ -126,7 +126,8 @@ def verify_json(cwd: Path, *args: str, env: dict[str, str] | None = None
     idle, total = (after - before for after, before in zip(cpu_ticks(), ticks, strict=True))
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     phases = next(e for e in events if e["event"] == "verify_phases")
-    return seconds, {**phases, "idle": idle / max(total, 1)}
+    busy = (total - idle) / os.sysconf("SC_CLK_TCK")
+    return seconds, {**phases, "idle": idle / max(total, 1), "busy": busy}
 
 
 def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
@@ -165,6 +166,23 @@ def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
         print(f"  {name:<38}" + "".join(f"{phases['seconds'].get(n, 0.0):12.2f}"
                                         for n in PHASE_NAMES)
               + f"{share:12.2f}{phases['idle']:11.0%} ")
+    floors(rows, commits * burn)
+
+
+def floors(rows: list[tuple[str, float, dict[str, Any]]], tests: float) -> None:
+    """What serialises: the machine's busy CPU seconds during each run against its wall time.
+    `floor` (busy / cores) is the least wall time that much CPU allows; what the run took over
+    it was not CPU-bound (start-up, waiting for a sandbox, a tree running alone at the end)."""
+    cores = os.cpu_count() or 1
+    print(f"\n  CPU against wall time (`busy`: every process's CPU meanwhile, from /proc/stat; "
+          f"`tests`: the {tests:.0f} s the tests burn; `floor`: busy / {cores} cores, the least "
+          "wall time that CPU allows; `over`: wall - floor, the time not CPU-bound):")
+    print("  " + " " * 38 + "".join(f"{n:>10}" for n in ("wall", "busy", "tests", "other",
+                                                        "floor", "over")))
+    for name, seconds, phases in rows:
+        busy = phases["busy"]
+        print(f"  {name:<38}" + "".join(f"{v:10.2f}" for v in (
+            seconds, busy, tests, busy - tests, busy / cores, seconds - busy / cores)))
 
 
 def main() -> None:
