@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -131,3 +133,16 @@ def test_an_engine_lost_mid_run_is_an_engine_error(monkeypatch: pytest.MonkeyPat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_docker_sdk_is_imported_only_when_an_engine_is_used() -> None:
+    """A command that fails validation never reaches an engine: it starts without the SDK."""
+    probe = ("import sys\n"
+             "from retcon_sandbox.commands import execute, verify\n"
+             "from retcon_sandbox.backends.docker.engine import DockerEngine, engine_errors\n"
+             "print(sorted(m for m in ('docker', 'requests') if m in sys.modules))\n"
+             "engine_errors()\n"
+             "print(sorted(m for m in ('docker', 'requests') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines() == ["[]", "['docker', 'requests']"]
