@@ -82,18 +82,26 @@ def hang_at_3() -> Any:
 def stop_while_speculating(demo: Demo, where: tuple[str, ...]) -> None:
     """Run pipelined until the model is asked for commit 3 (ahead, while 2 builds and tests),
     then Ctrl-C: nothing of commit 3 is in the spec or on the branch."""
-    with FakeOpenAI([], respond=hang_at_3()) as model:
+    errors = demo.spec.parent.parent / "stderr.txt"
+    with FakeOpenAI([], respond=hang_at_3()) as model, errors.open("wb") as stderr:
         proc = subprocess.Popen(
             [*CLI, "execute", str(demo.spec), *where, "--pipeline"], cwd=NEUTRAL,
-            env={**os.environ, **llm_env(model.base_url), **DATES},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            env={**os.environ, **llm_env(model.base_url), **DATES, "PYTHONFAULTHANDLER": "1"},
+            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
         deadline = time.monotonic() + 120
         while not any("Commit 3 of" in str(b["messages"][1]["content"]) for b in model.requests) \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
         tip = demo.git("rev-parse", "feature-clean")
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # where every thread is, for whoever reads the failure
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=30)
+            pytest.fail("no exit within 60 s of Ctrl-C; its threads (faulthandler):\n"
+                        + errors.read_text(errors="replace")[-8000:])
+        assert code == 130, errors.read_text(errors="replace")
     assert demo.spec.read_text().count("commit_created") == 2  # nothing of commit 3
     assert demo.git("rev-parse", "feature-clean") == tip
     assert demo.git("log", "-1", "--format=%s", "feature-clean") == "feat: discount codes"
