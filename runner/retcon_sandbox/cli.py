@@ -321,9 +321,10 @@ def _simple(sub: argparse._SubParsersAction[_Parser], name: str, text: str) -> _
 
 
 def _clean(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = _simple(sub, "clean", "remove sandbox containers of runs that are no longer alive")
+    p = _simple(sub, "clean", "remove sandbox containers of runs that are no longer alive, and "
+                "the unnamed images of their killed setups")
     p.add_argument("specs", metavar="SPEC", nargs="*",
-                   help="only the containers of runs on these specs")
+                   help="only the containers and images of runs on these specs")
     p.add_argument("--all", action="store_true",
                    help="also remove the containers of runs still in progress, and of runs on "
                    "other hosts sharing this engine")
