@@ -24,13 +24,18 @@ def removable(labels: dict[str, str], here: str, everything: bool) -> bool:
     return not liveness.alive(owner, here, started)
 
 
+def named(labels: dict[str, str], specs: set[str]) -> bool:
+    """Whether a container, network or image belongs to the specs given (any, when none is)."""
+    return not specs or labels.get(LABEL_SPEC) in specs
+
+
 def run(args: argparse.Namespace) -> int:
     engine = DockerEngine()
     specs = {os.path.realpath(spec) for spec in args.specs}
     here = liveness.host()
     removed = kept = networks = 0
     for container_id, labels in engine.sandbox_containers().items():
-        if specs and labels.get(LABEL_SPEC) not in specs:
+        if not named(labels, specs):
             continue
         if removable(labels, here, args.all):
             engine.remove_container(container_id)
@@ -38,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             kept += 1
     for network_id, labels in engine.sandbox_networks().items():
-        if (not specs or labels.get(LABEL_SPEC) in specs) and removable(labels, here, args.all):
+        if named(labels, specs) and removable(labels, here, args.all):
             engine.remove_network(network_id)
             networks += 1
     unnamed = _unnamed_environments(engine, specs, here, args.all)
@@ -65,9 +70,7 @@ def _unnamed_environments(engine: DockerEngine, specs: set[str], here: str,
     """Remove the unnamed images a killed setup left (see the module's text); the count."""
     removed = 0
     for image_id, labels in engine.untagged_images(images.LABEL_ENV_SCOPE).items():
-        if specs and labels.get(LABEL_SPEC) not in specs:
-            continue
-        if removable(labels, here, everything):
+        if named(labels, specs) and removable(labels, here, everything):
             try:
                 engine.remove_image(image_id)
             except ImageError:  # a container still uses it: once that is gone, next time
