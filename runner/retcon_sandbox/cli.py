@@ -158,7 +158,8 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
                         "\".example.com\" for every host under it; repeatable)")
     parser.add_argument("--setup-disk", type=size_option, metavar="SIZE", default="4g",
                         help="the most a [sandbox] setup may write into its environment "
-                        "(default 4g); above it the run stops and nothing is kept")
+                        "(default 4g); above it the run stops and nothing is kept. The "
+                        "package cache is held to it too: above it, the cache is removed")
     parser.add_argument("--keep-environments", type=positive_int, metavar="N", default=3,
                         help="prepared environments kept per repository (default 3); the "
                         "oldest beyond are removed when a new one is made")

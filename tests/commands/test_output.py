@@ -26,7 +26,8 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "final_verify", "final_tree", "verify_phases",
               # a prepared environment serves every commit (and tree) with the same inputs
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
-              "setup_pruned", "setup_cache_pruned", "base_check", "git_metadata",
+              "setup_pruned", "setup_cache_pruned", "setup_cache_disk", "base_check",
+              "git_metadata",
               # plan: about the whole branch (plan_commit carries its number)
               "plan_start", "plan_model", "plan_written", "plan_check",
               # the commands beside execute and verify: about images, containers, the demo

@@ -20,7 +20,8 @@ What a setup writes is measured before it is kept (`--setup-disk`), and at most
 after a new one is made.
 
 Setup's downloads are kept in a package cache (a volume, `cache_name`) per repository and per
-what setup runs, mounted into setup containers only (`--no-package-cache` to go without).
+what setup runs, mounted into setup containers only (`--no-package-cache` to go without). It is
+held to `--setup-disk` as well: measured after each setup, removed when over it.
 
 Setup is the only step with network: by default (`--setup-network registries`, chosen on the
 command line only) it sits on an internal network whose only way out is an egress proxy that
@@ -504,6 +505,8 @@ class Environments:
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
                 LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
+        if cache is not None:
+            self._keep_cache_within_disk(docker, cache)
         self._keep_within_disk(docker, image_id, repository, key)
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1))
@@ -552,6 +555,22 @@ class Environments:
             with contextlib.suppress(ImageError):
                 docker.engine.remove_image(image_id)
             raise
+
+    def _keep_cache_within_disk(self, docker: DockerBackend, cache: str) -> None:
+        """The package cache is held to --setup-disk too, measured once the setup's container
+        is gone (nothing writes to it then). Over the cap, or when it cannot be measured, it
+        is removed: it holds only downloads, which the next setup fetches again."""
+        used = docker.cache_usage(cache)
+        self.report.emit("setup_cache_disk", volume=cache, used=used, cap=self.policy.disk)
+        if used is not None and used <= self.policy.disk:
+            return
+        what = "could not be measured" if used is None else \
+            f"holds {human_bytes(used)}, over --setup-disk {human_bytes(self.policy.disk)}"
+        if docker.engine.remove_volume(cache):
+            done = "it was removed (the next setup downloads again)"
+        else:
+            done = "another run uses it: it stays until a setup finds it within the cap"
+        self.report.emit("warning", message=f"the package cache {cache} {what}: {done}")
 
     def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:
         self.report.emit("setup_command", command=command)

@@ -387,14 +387,18 @@ class DockerEngine:
         except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 
-    def exec_run(self, container_id: str, argv: list[str], user: str) -> None:
-        """Run `argv` in the container as `user` and wait for it to end."""
+    def exec_run(self, container_id: str, argv: list[str], user: str) -> tuple[int, bytes]:
+        """Run `argv` in the container as `user` and wait for it to end: its exit code (-1 when
+        the engine does not say) and what it wrote on stdout."""
         api = self.client.api
         try:
-            exec_id = api.exec_create(container_id, argv, user=user)["Id"]
-            api.exec_start(exec_id)
+            exec_id = api.exec_create(container_id, argv, user=user, stdout=True,
+                                      stderr=False)["Id"]
+            output = api.exec_start(exec_id)
+            code = api.exec_inspect(exec_id).get("ExitCode")
         except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
+        return (-1 if code is None else int(code)), bytes(output or b"")
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         """The exec's exit code; None while it runs. The engine cannot say: EngineError (a

@@ -211,31 +211,51 @@ class DockerBackend:
             yield box
 
     def ensure_cache(self, name: str, labels: dict[str, str]) -> None:
-        """The package cache's volume, made if missing and given to the commands' uid: by a
-        short container of our own base image, as root with CHOWN only, which runs nothing
-        but `chown` (the engine makes a new volume's root root's)."""
+        """The package cache's volume, made if missing and given to the commands' uid by a
+        short container (`_on_cache`) with CHOWN only, which runs nothing but `chown` (the
+        engine makes a new volume's root root's)."""
         if self.engine.has_volume(name):
             return
         self.engine.create_volume(name, labels)
-        kwargs = {**self.create_kwargs("cache", self.proxy_image or self.image),
-                  "user": "0:0", "cap_add": ["CHOWN"],
-                  "volumes": {name: {"bind": CACHE_PATH, "mode": "rw"}}}
-        kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
-                                                                           "/workspace")}
         try:
-            container_id = self.engine.create_container(kwargs)
+            with self._on_cache(name, "CHOWN", "rw") as container_id:
+                self.engine.exec_run(container_id, ["chown", f"{COMMAND_UID}:{GID}",
+                                                    CACHE_PATH], "0:0")
         except EngineError as exc:
-            raise SandboxError(f"cannot prepare the package cache {name}: {exc}") from None
-        try:
-            self.engine.start_container(container_id)
-            self.engine.exec_run(container_id, ["chown", f"{COMMAND_UID}:{GID}", CACHE_PATH],
-                                 "0:0")
-        except EngineError as exc:
-            self.engine.discard_container(container_id)
             self.engine.remove_volume(name)  # never left unprepared
             raise SandboxError(f"cannot prepare the package cache {name}: {exc}",
                                "Give --no-package-cache to set up without it.") from None
-        self.engine.discard_container(container_id)
+
+    def cache_usage(self, name: str) -> int | None:
+        """The disk the package cache's volume uses, in bytes, as `du` counts it in a short
+        container (`_on_cache`, the volume read-only) whose root may read every directory
+        (DAC_READ_SEARCH): what setup wrote there cannot hide from it by its modes. None when
+        it cannot be measured."""
+        try:
+            with self._on_cache(name, "DAC_READ_SEARCH", "ro") as container_id:
+                code, output = self.engine.exec_run(
+                    container_id, ["du", "-s", "-x", "-B1", CACHE_PATH], "0:0")
+        except EngineError:
+            return None
+        size = output.split(b"\t", 1)[0].strip()
+        return int(size) if code == 0 and size.isdigit() else None
+
+    @contextlib.contextmanager
+    def _on_cache(self, name: str, capability: str, mode: str) -> Iterator[str]:
+        """A started container of our own base image with the volume `name` at CACHE_PATH
+        (`mode` rw or ro), as root with the one `capability` and no network, running nothing
+        but the execs it is given: its id. Removed at the end (EngineError when it fails)."""
+        kwargs = {**self.create_kwargs("cache", self.proxy_image or self.image),
+                  "user": "0:0", "cap_add": [capability],
+                  "volumes": {name: {"bind": CACHE_PATH, "mode": mode}}}
+        kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
+                                                                           "/workspace")}
+        container_id = self.engine.create_container(kwargs)
+        try:
+            self.engine.start_container(container_id)
+            yield container_id
+        finally:
+            self.engine.discard_container(container_id)
 
     def commit_image(self, box: DockerSandbox, labels: dict[str, str]) -> str:
         """The setup container as an untagged image (its tmpfs mounts are not part of it): its
