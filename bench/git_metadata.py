@@ -4,7 +4,7 @@ one-commit repository tagged on the tree itself (distance 0, what 0.3.0 made).
 
     python3 bench/git_metadata.py [--files 2000] [--repeat 3]
 
-Runs the helper's `make_git` with the host's git on a workspace of FILES small files (the same
+Runs the supervisor's `make_git` with the host's git on a workspace of FILES small files (the same
 code runs in the sandbox, with the image's git). Prints the median seconds per distance and
 what `git describe --tags --long` says. Nothing is asserted: these are figures to read.
 """
@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-helper = importlib.import_module("retcon_sandbox.sandbox.helper")
+supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
 
 
 def once(root: Path, distance: int) -> tuple[float, str]:
     shutil.rmtree(root / ".git", ignore_errors=True)
     started = time.monotonic()
-    assert helper.make_git(str(root), "v1.0", distance) == 0
+    assert supervisor.make_git(str(root), "v1.0", distance) == 0
     seconds = time.monotonic() - started
     described = subprocess.run(["git", "-C", str(root), "describe", "--tags", "--long"],
                                capture_output=True, text=True, check=True).stdout.strip()

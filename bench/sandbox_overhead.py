@@ -12,7 +12,9 @@ tmpfs; with the CPU time each took, when the engine runs on this machine: helper
 and git processes against dockerd, which makes `docker cp`'s archive (dockerd serves every
 client of the engine: on a shared one its figure is an upper bound)); the demo's build and
 tests in the sandbox against the same on the host;
-and the whole per-commit overhead. Nothing is asserted: these are figures to read.
+the whole per-commit overhead; and the CPU one command's exec costs: the supervisor alone
+against the whole helper started for each command, as before. Nothing is asserted: these are
+figures to read.
 """
 
 from __future__ import annotations
@@ -34,10 +36,16 @@ from pathlib import Path
 from retcon_sandbox.archive import of_bytes
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+from retcon_sandbox.backends.docker.sandboxes import (
+    COMMAND_UID,
+    GID,
+    DockerBackend,
+    supervisor_argv,
+)
 from retcon_sandbox.backends.workspace import sandbox_tree
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.resources import helper_source
 from retcon_sandbox.spec.settings import DEFAULTS
 
 BUILD = "python3 -m compileall -q shop tests"
@@ -196,7 +204,41 @@ def main() -> None:
     row("demo tests (sandbox vs host)", ms(inside[1]), ms(host[1]))
     overhead = total - sum(inside)  # container, helper, copy-in, round trips, removal
     row("sandbox overhead per commit (all but the commands)", ms(overhead), "")
+    exec_cpu(engine, backend, max(20, args.calls // 10))
     print()
+
+
+def busy_cpu() -> float:
+    """Every process's CPU time so far, in seconds (/proc/stat: user, nice, system, irq,
+    softirq): the engine's and the container's processes count too."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:8]]
+    return (sum(fields[:3]) + sum(fields[5:7])) / os.sysconf("SC_CLK_TCK")
+
+
+def exec_cpu(engine: DockerEngine, backend: DockerBackend, n: int) -> None:
+    """The CPU one build or test command's exec costs beyond the command (`true`): the
+    supervisor alone against the whole helper started for each command (as before 0.3: the
+    same supervising code, behind the helper's protocol and imports), and a bare exec."""
+    whole = helper_source().split('\nif __name__ == "__main__":\n', 1)[0]
+    whole += "\nsupervised(sys.argv[1:])\n"
+    variants = {"supervisor": supervisor_argv("--run", "60", "true"),
+                "whole helper": [*supervisor_argv()[:4], "-c", whole, "--run", "60", "true"],
+                "bare exec": ["true"]}
+    spent = dict.fromkeys(variants, 0.0)
+    with backend.open("bench") as box:
+        for _ in range(n):  # alternated, so each sees the same load
+            for name, argv in variants.items():
+                before = busy_cpu()
+                code, _ = engine.exec_run(box.container_id,
+                                          ["env", "RETCON_SANDBOX_SUPERVISE=1", *argv],
+                                          f"{COMMAND_UID}:{GID}")
+                spent[name] += busy_cpu() - before
+                if code != 0:
+                    sys.exit(f"{name}: exit {code}")
+    row("CPU per command exec (supervisor vs helper)", ms(spent["supervisor"] / n),
+        ms(spent["whole helper"] / n))
+    row("  of which the exec itself (docker exec true)", ms(spent["bare exec"] / n), "")
 
 
 if __name__ == "__main__":

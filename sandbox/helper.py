@@ -61,10 +61,18 @@ from retcon_sandbox.protocol import (  # replaced by that module's text when shi
     from_wire,
     to_wire,
 )
+from retcon_sandbox.sandbox.supervisor import (  # replaced by that module's text when shipped
+    DEFAULT_PATH,
+    TREE_LIST,
+    _prefer_oom_victim,
+    harden,
+    is_dumpable,
+    make_dirs,
+    reap,
+)
 
 Response = Dict[str, Any]
 
-PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PAGE_LINES = 2000  # lines in one read_file answer at most
 PAGE_BYTES = 128 * 1024  # bytes in one read_file answer at most
@@ -76,16 +84,6 @@ TAIL_BYTES = 24 * 1024
 DIFF_FLOOR = 10  # changed lines at or under which a write is always "small"
 DIFF_CEIL = 80  # changed lines at or over which the diff is always shown
 DIFF_RATIO = 0.40  # share of the file changed over which the diff is shown
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
-TREE_LIST = "/tmp/retcon-tree-files"  # the names a setup's tree brought (NUL-separated)
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "retcon-sandbox", "GIT_COMMITTER_NAME": "retcon-sandbox",
-                "GIT_AUTHOR_EMAIL": "retcon-sandbox@localhost",
-                "GIT_COMMITTER_EMAIL": "retcon-sandbox@localhost",
-                "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-                "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000"}
-
-
 class ToolError(Exception):
     """An error the caller (and the model) can act on."""
 
@@ -171,17 +169,6 @@ def regular_size(path: str, rel: str) -> int:
     if not stat.S_ISREG(info.st_mode):
         raise ToolError(f"{rel} is not a regular file (a FIFO, socket or device); not opened")
     return info.st_size
-
-
-def make_dirs(path: str) -> None:
-    """os.makedirs without recursion (a path may be a thousand directories deep)."""
-    missing = []
-    while path and not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory)
 
 
 # --- text helpers ---------------------------------------------------------------------------
@@ -310,16 +297,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def kill_tree(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
     """SIGKILL the command and everything it started, until nothing of it is left."""
     with contextlib.suppress(OSError):
@@ -345,12 +322,6 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rfind(")") + 2 :].startswith("Z")
-
-
-def _prefer_oom_victim() -> None:
-    """In the child: be the out-of-memory killer's first choice, not the helper."""
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
-        handle.write("1000")
 
 
 class Capture:
@@ -927,147 +898,6 @@ def serve(helper: Helper, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         stdout.flush()
 
 
-def is_dumpable() -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
-    except (OSError, AttributeError):
-        return True
-
-
-def harden() -> None:
-    """Non-dumpable: /proc/<pid>/fd, mem and ptrace are closed to every other process of the
-    container; and files are made group-writable, for the commands' uid that shares the group."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    os.umask(0o002)
-
-
-TIMED_OUT = 124
-
-
-def supervise(cmd: str, timeout: float, workspace: str) -> int:
-    """`--run`: run one command for the host, in its own `docker exec` under the commands' uid.
-    Its output goes straight to this exec's stdout (the host reads and caps it); the exit code
-    is the command's, or 124 on timeout. Afterwards every process of this uid but this one is
-    killed (kill(-1)), so nothing a command started outlives it, however it detached or traced
-    itself. Non-dumpable, so the command cannot trace this process or reach its pipes."""
-    harden()
-    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-           **os.environ}
-    try:
-        proc = subprocess.Popen(["/bin/sh", "-c", cmd], cwd=workspace, stdin=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=_prefer_oom_victim)
-    except OSError as exc:
-        sys.stdout.write(f"retcon-sandbox: cannot start the command: {exc}\n")
-        return 127
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        code = TIMED_OUT
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
-    reap()
-    return 128 - code if code < 0 else code
-
-
-# --- the environment a setup prepared -------------------------------------------------------
-
-
-MAX_DISTANCE = 1_000_000
-
-
-def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:
-    """`--prepare --git`: the workspace as a git repository whose last commit holds the tree, so
-    setuptools-scm and hatch-vcs find a version. With `tag`, `git describe --tags --long` gives
-    `tag-<distance>-g<hash>` as a checkout of the commit would: the tag is on a root commit with
-    `distance - 1` empty commits over it (one `git fast-import`), the tree's commit on top; the
-    hash is of these synthetic commits. Runs as the commands' uid, which owns it."""
-    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", **os.environ, **GIT_IDENTITY}
-    steps: list[tuple[list[str], bytes | None]] = [(["init", "-q"], None)]
-    if tag and 0 < distance <= MAX_DISTANCE:
-        steps.append((["fast-import", "--quiet"], _history(tag, distance)))
-    steps += [(["add", "-A"], None),
-              (["commit", "-q", "--no-verify", "--allow-empty", "-m", "the tree under test"],
-               None)]
-    if tag and not 0 < distance <= MAX_DISTANCE:
-        steps.append((["tag", tag], None))
-    for step, feed in steps:
-        try:
-            done = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c",
-                                   "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false",
-                                   *step], cwd=workspace, env=env, input=feed,
-                                  stdin=None if feed is not None else subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-        except OSError as exc:
-            sys.stdout.write(f"git: {exc}\n")
-            return 127
-        if done.returncode:
-            sys.stdout.write(done.stdout.decode("utf-8", "replace")[-2000:])
-            return done.returncode
-    return 0
-
-
-def _history(tag: str, distance: int) -> bytes:
-    """A `git fast-import` stream: `distance` empty commits on main, the first tagged `tag`."""
-    who = "retcon-sandbox <retcon-sandbox@localhost> 946684800 +0000"
-    message = b"synthetic history: the distance from the tag\n"
-    commit = (f"commit refs/heads/main\ncommitter {who}\ndata {len(message)}\n".encode()
-              + message + b"\n")
-    first = commit.replace(b"\ncommitter", b"\nmark :1\ncommitter", 1)
-    return first + commit * (distance - 1) + f"reset refs/tags/{tag}\nfrom :1\n\n".encode()
-
-
-def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
-    if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(src), dst)
-    elif stat.S_ISREG(st.st_mode):
-        with open(src, "rb") as reader:
-            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                         (st.st_mode & 0o777) | 0o660)
-            with os.fdopen(fd, "wb") as writer:
-                while block := reader.read(1 << 20):
-                    writer.write(block)
-
-
-def copy_tree(src_root: str, dst_root: str, skip_names: set[str]) -> int:
-    """Copy files and symlinks under `src_root` that are not in `skip_names` (relative names)
-    and do not exist at the destination; never through a symlink; `.git` at the top is left."""
-    copied = 0
-    for dirpath, dirnames, filenames in os.walk(src_root):
-        rel_dir = os.path.relpath(dirpath, src_root)
-        rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        target_dir = os.path.join(dst_root, rel_dir)
-        if os.path.islink(target_dir.rstrip("/")) or not _is_dir_or_make(target_dir):
-            dirnames[:] = []
-            continue
-        entries = [(n, True) for n in dirnames] + [(n, False) for n in filenames]
-        dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))
-                       and not (rel_dir == "" and n == ".git")]
-        for name, is_dir in entries:
-            rel = rel_dir + name
-            src = os.path.join(dirpath, name)
-            st = os.lstat(src)
-            if (is_dir and not stat.S_ISLNK(st.st_mode)) or rel in skip_names \
-                    or (rel_dir == "" and name == ".git"):
-                continue
-            if os.path.lexists(os.path.join(target_dir, name)):
-                continue
-            _copy_entry(src, os.path.join(target_dir, name), st)
-            copied += 1
-    return copied
-
-
-def _is_dir_or_make(path: str) -> bool:
-    if os.path.isdir(path):
-        return True
-    if os.path.lexists(path):
-        return False
-    make_dirs(path)
-    return True
-
-
 def write_tree_list(names: list[str]) -> None:
     """The names a setup's tree brought, in a file only the helper's uid can read or write
     (0600, created fresh, never through a symlink): setup's commands run as another uid."""
@@ -1078,61 +908,6 @@ def write_tree_list(names: list[str]) -> None:
     with os.fdopen(fd, "wb") as handle:
         os.fchmod(fd, 0o600)
         handle.write("\0".join(names).encode("utf-8", "surrogateescape"))
-
-
-def read_tree_list() -> set[str]:
-    """The tree list, only if this uid wrote it and nobody else can have changed it."""
-    fd = os.open(TREE_LIST, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{TREE_LIST} is not the helper's own (uid {st.st_uid}, mode "
-                          f"{stat.S_IMODE(st.st_mode):o})")
-        return set(handle.read().decode("utf-8", "surrogateescape").split("\0"))
-
-
-def snapshot(workspace: str) -> int:
-    """`--snapshot` (as the helper's uid, which alone reads the tree list): after a setup,
-    keep what it added to the workspace (node_modules, build metadata, ...) in PREPARED, so
-    the image made from this container carries it."""
-    try:
-        names = read_tree_list()
-    except OSError as exc:
-        sys.stdout.write(f"the tree list cannot be trusted: {exc}\n")
-        return 1
-    make_dirs(PREPARED)
-    if os.path.islink(PREPARED) or os.lstat(PREPARED).st_uid != os.getuid():
-        sys.stdout.write(f"{PREPARED} was made by setup, not by the helper\n")
-        return 1
-    sys.stdout.write(f"kept {copy_tree(workspace, PREPARED, names)} files setup made\n")
-    return 0
-
-
-def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> int:
-    """`--prepare`: the git metadata, then what a setup left (never over the tree's files)."""
-    if git and (code := make_git(workspace, tag, distance)):
-        return code
-    if os.path.isdir(PREPARED):
-        copy_tree(PREPARED, workspace, set())
-    return 0
-
-
-def _supervised_mode(args: list[str], workspace: str) -> None:
-    """The modes run in an exec of their own under the commands' uid (never on a host)."""
-    if os.environ.get("RETCON_SANDBOX_SUPERVISE") != "1":  # kill(-1): never on a host
-        sys.exit(f"{args[0]} is for the Docker sandbox only")
-    mode = args.pop(0)
-    sys.stdout.flush()
-    if mode == "--run":
-        timeout = float(args.pop(0))
-        sys.exit(supervise(args.pop(0), timeout, workspace))
-    os.umask(0o002)
-    if mode == "--snapshot":
-        sys.exit(snapshot(workspace))
-    git = "--git" in args
-    tag = args[args.index("--tag") + 1] if "--tag" in args else None
-    distance = int(args[args.index("--distance") + 1]) if "--distance" in args else 0
-    sys.exit(prepare(workspace, git, tag, distance))
 
 
 def main(argv: list[str]) -> None:
@@ -1146,8 +921,6 @@ def main(argv: list[str]) -> None:
             checks = False
         elif arg == "--network-allowed":  # a setup container: its network is the point
             checks_network = False
-        elif arg in ("--run", "--snapshot", "--prepare"):
-            _supervised_mode([arg, *args], workspace)
     harden()
     make_dirs(workspace)
     with contextlib.suppress(OSError):  # shared with the commands' uid through the group

@@ -35,7 +35,7 @@ from tests.conftest import git
 
 # The in-container modules, under the names they ship as (mypy checks them as files).
 egress = importlib.import_module("retcon_sandbox.sandbox.egress")
-helper = importlib.import_module("retcon_sandbox.sandbox.helper")
+supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
 
 
 def entries(**files: str) -> dict[str, TreeEntry]:
@@ -240,7 +240,7 @@ def test_what_setup_made_is_kept_and_restored_but_never_over_the_tree(tmp_path: 
         (workspace / path).write_text(text)
     (workspace / "node_modules/.bin").mkdir()
     os.symlink("../dep/index.js", workspace / "node_modules/.bin/dep")
-    copied = helper.copy_tree(str(workspace), str(kept), {"app.py"})
+    copied = supervisor.copy_tree(str(workspace), str(kept), {"app.py"})
     assert copied == 4
     assert not (kept / "app.py").exists() and not (kept / ".git").exists()
     assert os.readlink(kept / "node_modules/.bin/dep") == "../dep/index.js"
@@ -249,7 +249,7 @@ def test_what_setup_made_is_kept_and_restored_but_never_over_the_tree(tmp_path: 
     (later / "app.py").write_text("later tree")
     (later / "build/out.txt").write_text("later tree")
     os.symlink("/etc", later / "src")  # a tree's symlink is never written through
-    helper.copy_tree(str(kept), str(later), set())
+    supervisor.copy_tree(str(kept), str(later), set())
     assert (later / "app.py").read_text() == "later tree"
     assert (later / "build/out.txt").read_text() == "later tree"
     assert (later / "node_modules/dep/index.js").read_text() == "dep"
@@ -258,7 +258,7 @@ def test_what_setup_made_is_kept_and_restored_but_never_over_the_tree(tmp_path: 
 
 def test_the_workspace_becomes_a_tagged_repository(tmp_path: Path) -> None:
     (tmp_path / "pkg.py").write_text("x = 1\n")
-    assert helper.make_git(str(tmp_path), "v1.4.0") == 0
+    assert supervisor.make_git(str(tmp_path), "v1.4.0") == 0
     repo = Repo(tmp_path)
     assert repo.describe_tag("HEAD") == "v1.4.0"
     assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
@@ -266,7 +266,7 @@ def test_the_workspace_becomes_a_tagged_repository(tmp_path: Path) -> None:
 
 def test_the_workspace_is_as_far_from_its_tag_as_the_commit(tmp_path: Path) -> None:
     (tmp_path / "pkg.py").write_text("x = 1\n")
-    assert helper.make_git(str(tmp_path), "v1.4.0", 5) == 0
+    assert supervisor.make_git(str(tmp_path), "v1.4.0", 5) == 0
     repo = Repo(tmp_path)
     assert repo.describe("HEAD") == ("v1.4.0", 5)
     assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
@@ -293,7 +293,7 @@ def test_a_commit_is_placed_by_its_own_distance_from_its_tag(tmp_path: Path) -> 
 
 def test_a_tag_name_that_is_not_version_like_is_not_used(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
-    assert helper.make_git(str(tmp_path), "v1;touch${IFS}pwned") == 0  # git allows the name
+    assert supervisor.make_git(str(tmp_path), "v1;touch${IFS}pwned") == 0  # git allows the name
     assert Repo(tmp_path).describe_tag("HEAD") is None
     assert not (tmp_path / "pwned").exists()
 

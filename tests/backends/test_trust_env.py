@@ -26,6 +26,7 @@ from tests.conftest import git
 
 egress = importlib.import_module("retcon_sandbox.sandbox.egress")
 helper = importlib.import_module("retcon_sandbox.sandbox.helper")
+supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
 
 
 # -- scopes and references -------------------------------------------------------------------
@@ -74,7 +75,8 @@ def test_setup_disk_and_kept_environments_come_from_the_command_line() -> None:
 def test_the_tree_list_is_the_helpers_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                           ) -> None:
     listed = tmp_path / "tree-files"
-    monkeypatch.setattr(helper, "TREE_LIST", str(listed))
+    for module in (helper, supervisor):  # the helper writes it, the snapshot's exec reads it
+        monkeypatch.setattr(module, "TREE_LIST", str(listed))
     old = os.umask(0)  # whatever the umask, the list is 0600
     try:
         helper.write_tree_list(["a.py", "pkg/b.py"])
@@ -82,23 +84,24 @@ def test_the_tree_list_is_the_helpers_own(tmp_path: Path, monkeypatch: pytest.Mo
         os.umask(old)
     st = listed.stat()
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.getuid()
-    assert helper.read_tree_list() == {"a.py", "pkg/b.py"}
+    assert supervisor.read_tree_list() == {"a.py", "pkg/b.py"}
     listed.chmod(0o664)  # writable by the commands' group: not trusted
     with pytest.raises(OSError, match="not the helper's own"):
-        helper.read_tree_list()
+        supervisor.read_tree_list()
 
 
 def test_the_tree_list_is_never_written_through_a_planted_file(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     listed = tmp_path / "tree-files"
-    monkeypatch.setattr(helper, "TREE_LIST", str(listed))
+    for module in (helper, supervisor):  # the helper writes it, the snapshot's exec reads it
+        monkeypatch.setattr(module, "TREE_LIST", str(listed))
     os.symlink(tmp_path / "elsewhere", listed)
     with pytest.raises(helper.ToolError, match="cannot create the tree list"):
         helper.write_tree_list(["a.py"])
     assert not (tmp_path / "elsewhere").exists()
     with pytest.raises(OSError):
-        helper.read_tree_list()  # never through a symlink
+        supervisor.read_tree_list()  # never through a symlink
 
 
 # -- the egress proxy ------------------------------------------------------------------------

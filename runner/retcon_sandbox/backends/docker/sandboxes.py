@@ -35,7 +35,7 @@ from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerE
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
 from retcon_sandbox.backends.hostaccess import CACHE_PATH
 from retcon_sandbox.errors import ImageError, SandboxError
-from retcon_sandbox.resources import egress_source, helper_source
+from retcon_sandbox.resources import egress_source, helper_source, supervisor_source
 from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
 
 UID = 10001  # the helper: file tools
@@ -91,14 +91,14 @@ class DockerSandbox(HelperSandbox):
         args = ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else []),
                 *(["--distance", str(distance)] if tag and distance else [])]
         return self._backend.run_command(self.container_id, "prepare the workspace",
-                                         COMMAND_MARGIN_S * 4, self._env, helper_args=args)
+                                         COMMAND_MARGIN_S * 4, self._env, mode_args=args)
 
     def snapshot(self) -> CommandResult:
         """As the helper's uid: only it reads the tree list (setup's commands cannot change
         which of the workspace's files count as the tree's)."""
         return self._backend.run_command(self.container_id, "keep what setup made",
                                          COMMAND_MARGIN_S * 20, self._env,
-                                         helper_args=["--snapshot"], uid=UID)
+                                         mode_args=["--snapshot"], uid=UID)
 
     def _still_alive(self, command: str) -> None:
         """A command that could not run (126, 127: also what a failed exec reports) or was
@@ -381,14 +381,14 @@ class DockerBackend:
     def run_command(self, container_id: str, command: str, timeout: float,
                     env: dict[str, str] | None = None,
                     on_output: Callable[[bytes], None] | None = None,
-                    helper_args: list[str] | None = None, uid: int = COMMAND_UID
+                    mode_args: list[str] | None = None, uid: int = COMMAND_UID
                     ) -> CommandResult:
         """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
         host reads and caps its output; past the timeout plus a margin, every process of that
         uid is killed; if even that fails, the container is removed (SandboxError).
-        `helper_args`: one of the helper's own modes (--prepare, --snapshot) instead."""
+        `mode_args`: another of the supervisor's modes (--prepare, --snapshot) instead."""
         started = time.monotonic()
-        argv = helper_args if helper_args is not None else ["--run", str(timeout), command]
+        argv = mode_args if mode_args is not None else ["--run", str(timeout), command]
         exec_id, stream = self._exec_command(container_id, argv,
                                              self.env if env is None else env, uid)
         capture = OutputCapture()
@@ -422,7 +422,7 @@ class DockerBackend:
                       uid: int = COMMAND_UID) -> tuple[str, ExecStream]:
         try:
             exec_id, sock = self.engine.exec_open(
-                container_id, helper_argv(*argv), user=f"{uid}:{GID}", stdin=False,
+                container_id, supervisor_argv(*argv), user=f"{uid}:{GID}", stdin=False,
                 environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})
             return exec_id, ExecStream(sock)
         except EngineError as exc:
@@ -482,6 +482,12 @@ def helper_argv(*args: str) -> list[str]:
     """The in-container helper's command line (see PYTHONS)."""
     return ["/bin/sh", "-c", _LAUNCH, "retcon-helper", "-c", helper_source(), "--workspace",
             "/workspace", *args]
+
+
+def supervisor_argv(*args: str) -> list[str]:
+    """A supervised mode's command line (see PYTHONS): sandbox/supervisor.py, not the whole
+    helper, which would cost about as much CPU again as the exec itself."""
+    return ["/bin/sh", "-c", _LAUNCH, "retcon-supervisor", "-c", supervisor_source(), *args]
 
 
 def proxy_variables(url: str) -> dict[str, str]:

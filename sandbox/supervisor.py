@@ -1,0 +1,322 @@
+"""retcon-sandbox's supervised modes, each in a `docker exec` of its own. Standard library only;
+Python 3.8+.
+
+Started as `python3 -I -S -c <this file> MODE ...` (the system interpreter, as for the helper),
+with RETCON_SANDBOX_SUPERVISE=1 (it kills every process of its uid: never on a host):
+
+- `--run TIMEOUT COMMAND`: one build or test command, under the commands' uid (`supervise`);
+- `--prepare [--git] [--tag TAG [--distance N]]`: the workspace's git metadata and what a setup
+  left, under the commands' uid, which then owns them (`prepare`);
+- `--snapshot`: after a setup, keep what it made in the workspace, under the helper's uid
+  (`snapshot`).
+
+It is kept apart from the helper, which inlines it (see `resources.helper_source`), because it
+starts in every command's exec: it imports only os, sys, signal, stat and ctypes, and starts its
+children with fork and exec, where the helper's protocol and `subprocess` would cost about as
+much CPU again as the exec itself (see bench/sandbox.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import stat
+import sys
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
+TREE_LIST = "/tmp/retcon-tree-files"  # the names a setup's tree brought (NUL-separated)
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "retcon-sandbox", "GIT_COMMITTER_NAME": "retcon-sandbox",
+                "GIT_AUTHOR_EMAIL": "retcon-sandbox@localhost",
+                "GIT_COMMITTER_EMAIL": "retcon-sandbox@localhost",
+                "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+                "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000"}
+PR_SET_DUMPABLE = 4
+TIMED_OUT = 124
+MAX_DISTANCE = 1_000_000
+
+
+def make_dirs(path: str) -> None:
+    """os.makedirs without recursion (a path may be a thousand directories deep)."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory)
+
+
+def reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _prefer_oom_victim() -> None:
+    """In the child: be the out-of-memory killer's first choice, not the helper."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+
+
+def is_dumpable() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+    except (OSError, AttributeError):
+        return True
+
+
+def harden() -> None:
+    """Non-dumpable: /proc/<pid>/fd, mem and ptrace are closed to every other process of the
+    container; and files are made group-writable, for the commands' uid that shares the group."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    os.umask(0o002)
+
+
+# --- children, by fork and exec ---------------------------------------------------------------
+
+
+def spawn(argv: list[str], cwd: str, env: dict[str, str], stdin: int, out: int) -> int:
+    """Start `argv` (an absolute program, or one found on env's PATH) in a session of its own,
+    the out-of-memory killer's first choice, stdin from the descriptor `stdin`, stdout and
+    stderr to `out`: its pid. A program that cannot start writes why to `out` and exits 127."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: nothing here may return into the caller's code
+        os.setsid()
+        os.dup2(stdin, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        _prefer_oom_victim()
+        os.chdir(cwd)
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:  # reported, then the child ends
+        with contextlib.suppress(BaseException):
+            os.write(1, f"retcon-sandbox: cannot start {argv[0]}: {exc}\n".encode())
+    os._exit(127)
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell reports it: the exit code, or 128 + the signal."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class _Expired(Exception):
+    pass
+
+
+def _expire(signum: int, frame: object) -> None:
+    raise _Expired
+
+
+def wait(pid: int, timeout: float | None = None) -> int | None:
+    """The child's exit code (`exit_code`), or None when `timeout` seconds passed first."""
+    if timeout is None:
+        return exit_code(os.waitpid(pid, 0)[1])
+    signal.signal(signal.SIGALRM, _expire)
+    signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
+    try:
+        try:
+            _, status = os.waitpid(pid, 0)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Expired:  # also when the alarm rang just as the child ended: the time was up
+        return None
+    return exit_code(status)
+
+
+def supervise(cmd: str, timeout: float, workspace: str) -> int:
+    """`--run`: run one command for the host, in its own `docker exec` under the commands' uid.
+    Its output goes straight to this exec's stdout (the host reads and caps it); the exit code
+    is the command's, or 124 on timeout. Afterwards every process of this uid but this one is
+    killed (kill(-1)), so nothing a command started outlives it, however it detached or traced
+    itself. Non-dumpable, so the command cannot trace this process or reach its pipes."""
+    harden()
+    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+           **os.environ}
+    with open(os.devnull, "rb") as nothing:
+        pid = spawn(["/bin/sh", "-c", cmd], workspace, env, nothing.fileno(), 1)
+    code = wait(pid, timeout)
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    reap()
+    return TIMED_OUT if code is None else code
+
+
+def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | None) -> int:
+    """One git command in the workspace (no hooks, no signing), `feed` on its stdin: its exit
+    code, after writing its output (the last 2000 bytes) when it failed. Input and output go
+    through memory files, so neither side can block the other."""
+    argv = ["git", "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null",
+            "-c", "commit.gpgSign=false", *args]
+    with contextlib.ExitStack() as stack:
+        stdin = os.memfd_create("git-in") if feed else os.open(os.devnull, os.O_RDONLY)
+        stack.callback(os.close, stdin)
+        if feed:
+            os.write(stdin, feed)
+            os.lseek(stdin, 0, os.SEEK_SET)
+        out = os.memfd_create("git-out")
+        stack.callback(os.close, out)
+        code = wait(spawn(argv, workspace, env, stdin, out))
+        assert code is not None
+        if code:
+            size = os.lseek(out, 0, os.SEEK_END)
+            os.lseek(out, max(0, size - 2000), os.SEEK_SET)
+            sys.stdout.write(os.read(out, 2000).decode("utf-8", "replace"))
+        return code
+
+
+def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:
+    """`--prepare --git`: the workspace as a git repository whose last commit holds the tree, so
+    setuptools-scm and hatch-vcs find a version. With `tag`, `git describe --tags --long` gives
+    `tag-<distance>-g<hash>` as a checkout of the commit would: the tag is on a root commit with
+    `distance - 1` empty commits over it (one `git fast-import`), the tree's commit on top; the
+    hash is of these synthetic commits. Runs as the commands' uid, which owns it."""
+    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", **os.environ, **GIT_IDENTITY}
+    steps: list[tuple[list[str], bytes | None]] = [(["init", "-q"], None)]
+    if tag and 0 < distance <= MAX_DISTANCE:
+        steps.append((["fast-import", "--quiet"], _history(tag, distance)))
+    steps += [(["add", "-A"], None),
+              (["commit", "-q", "--no-verify", "--allow-empty", "-m", "the tree under test"],
+               None)]
+    if tag and not 0 < distance <= MAX_DISTANCE:
+        steps.append((["tag", tag], None))
+    for step, feed in steps:
+        code = run_git(step, workspace, env, feed)
+        if code:
+            return code
+    return 0
+
+
+def _history(tag: str, distance: int) -> bytes:
+    """A `git fast-import` stream: `distance` empty commits on main, the first tagged `tag`."""
+    who = "retcon-sandbox <retcon-sandbox@localhost> 946684800 +0000"
+    message = b"synthetic history: the distance from the tag\n"
+    commit = (f"commit refs/heads/main\ncommitter {who}\ndata {len(message)}\n".encode()
+              + message + b"\n")
+    first = commit.replace(b"\ncommitter", b"\nmark :1\ncommitter", 1)
+    return first + commit * (distance - 1) + f"reset refs/tags/{tag}\nfrom :1\n\n".encode()
+
+
+# --- the environment a setup prepared -------------------------------------------------------
+
+
+def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(src), dst)
+    elif stat.S_ISREG(st.st_mode):
+        with open(src, "rb") as reader:
+            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         (st.st_mode & 0o777) | 0o660)
+            with os.fdopen(fd, "wb") as writer:
+                while block := reader.read(1 << 20):
+                    writer.write(block)
+
+
+def copy_tree(src_root: str, dst_root: str, skip_names: set[str]) -> int:
+    """Copy files and symlinks under `src_root` that are not in `skip_names` (relative names)
+    and do not exist at the destination; never through a symlink; `.git` at the top is left."""
+    copied = 0
+    for dirpath, dirnames, filenames in os.walk(src_root):
+        rel_dir = os.path.relpath(dirpath, src_root)
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        target_dir = os.path.join(dst_root, rel_dir)
+        if os.path.islink(target_dir.rstrip("/")) or not _is_dir_or_make(target_dir):
+            dirnames[:] = []
+            continue
+        entries = [(n, True) for n in dirnames] + [(n, False) for n in filenames]
+        dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))
+                       and not (rel_dir == "" and n == ".git")]
+        for name, is_dir in entries:
+            rel = rel_dir + name
+            src = os.path.join(dirpath, name)
+            st = os.lstat(src)
+            if (is_dir and not stat.S_ISLNK(st.st_mode)) or rel in skip_names \
+                    or (rel_dir == "" and name == ".git"):
+                continue
+            if os.path.lexists(os.path.join(target_dir, name)):
+                continue
+            _copy_entry(src, os.path.join(target_dir, name), st)
+            copied += 1
+    return copied
+
+
+def _is_dir_or_make(path: str) -> bool:
+    if os.path.isdir(path):
+        return True
+    if os.path.lexists(path):
+        return False
+    make_dirs(path)
+    return True
+
+
+def read_tree_list() -> set[str]:
+    """The tree list, only if this uid wrote it and nobody else can have changed it."""
+    fd = os.open(TREE_LIST, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{TREE_LIST} is not the helper's own (uid {st.st_uid}, mode "
+                          f"{stat.S_IMODE(st.st_mode):o})")
+        return set(handle.read().decode("utf-8", "surrogateescape").split("\0"))
+
+
+def snapshot(workspace: str) -> int:
+    """`--snapshot` (as the helper's uid, which alone reads the tree list): after a setup,
+    keep what it added to the workspace (node_modules, build metadata, ...) in PREPARED, so
+    the image made from this container carries it."""
+    try:
+        names = read_tree_list()
+    except OSError as exc:
+        sys.stdout.write(f"the tree list cannot be trusted: {exc}\n")
+        return 1
+    make_dirs(PREPARED)
+    if os.path.islink(PREPARED) or os.lstat(PREPARED).st_uid != os.getuid():
+        sys.stdout.write(f"{PREPARED} was made by setup, not by the helper\n")
+        return 1
+    sys.stdout.write(f"kept {copy_tree(workspace, PREPARED, names)} files setup made\n")
+    return 0
+
+
+def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> int:
+    """`--prepare`: the git metadata, then what a setup left (never over the tree's files)."""
+    if git and (code := make_git(workspace, tag, distance)):
+        return code
+    if os.path.isdir(PREPARED):
+        copy_tree(PREPARED, workspace, set())
+    return 0
+
+
+def supervised(args: list[str], workspace: str = "/workspace") -> None:
+    if os.environ.get("RETCON_SANDBOX_SUPERVISE") != "1":  # kill(-1): never on a host
+        sys.exit("the supervised modes are for the Docker sandbox only")
+    mode = args.pop(0) if args else ""
+    sys.stdout.flush()
+    if mode == "--run":
+        timeout = float(args.pop(0))
+        sys.exit(supervise(args.pop(0), timeout, workspace))
+    os.umask(0o002)
+    if mode == "--snapshot":
+        sys.exit(snapshot(workspace))
+    if mode != "--prepare":
+        sys.exit(f"unknown mode {mode!r}: --run, --prepare or --snapshot")
+    git = "--git" in args
+    tag = args[args.index("--tag") + 1] if "--tag" in args else None
+    distance = int(args[args.index("--distance") + 1]) if "--distance" in args else 0
+    sys.exit(prepare(workspace, git, tag, distance))
+
+
+if __name__ == "__main__":
+    supervised(sys.argv[1:])
