@@ -136,23 +136,28 @@ def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
     assert disk and all(int(str(e["written"])) >= 30_000_000 for e in disk), disk
 
 
+HIDE_30MB = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && head -c 30000000 /dev/urandom > $d/big && " \
+    "chmod 000 $d"
+
+
+@pytest.mark.parametrize("then", ["", "; exit 3"], ids=["passes", "fails"])
 def test_a_package_cache_over_the_cap_is_removed_though_setup_hid_its_files(
-        engine: DockerEngine, tmp_path: Path) -> None:
+        engine: DockerEngine, tmp_path: Path, then: str) -> None:
     """Setup writes 30 MB into the package cache, in a directory it then makes unreadable: the
-    measure still counts it, and the cache goes; the environment (small) is kept."""
-    spec = project(tmp_path / "cache", 'setup = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && '
-                   'head -c 30000000 /dev/urandom > $d/big && chmod 000 $d"\n'
+    measure still counts it, and the cache goes, whether setup then passes (its environment,
+    small, is kept) or fails (a failure is no way around the cap)."""
+    spec = project(tmp_path / "cache", f'setup = "{HIDE_30MB}{then}"\n'
                    'test = "python -m pytest -q"')
     code, found, log = run(spec, "--setup-disk", "20m")
     volumes = {str(e["cache"]) for e in found if e["event"] == "setup" and e.get("cache")}
     try:
-        assert code == 0, log
+        assert code == (1 if then else 0), log
         measured = [e for e in found if e["event"] == "setup_cache_disk"]
         assert len(measured) == 1 and int(str(measured[0]["used"])) >= 30_000_000, log
         warnings = [str(e["message"]) for e in found if e["event"] == "warning"]
         assert [w for w in warnings if "over --setup-disk 20m: it was removed" in w], warnings
         assert len(volumes) == 1 and not engine.has_volume(next(iter(volumes))), log
-        assert len(prepared(found)) == 1
+        assert len(prepared(found)) == (0 if then else 1)
     finally:
         for name in volumes:
             engine.remove_volume(name)

@@ -21,7 +21,7 @@ after a new one is made.
 
 Setup's downloads are kept in a package cache (a volume, `cache_name`) per repository and per
 what setup runs, mounted into setup containers only (`--no-package-cache` to go without). It is
-held to `--setup-disk` as well: measured after each setup, removed when over it.
+held to `--setup-disk` as well: measured after each setup (failed ones too), removed when over it.
 
 Setup is the only step with network: by default (`--setup-network registries`, chosen on the
 command line only) it sits on an internal network whose only way out is an egress proxy that
@@ -57,7 +57,7 @@ from retcon_sandbox.backends.images import (
     LABEL_ENV_SCOPE,
 )
 from retcon_sandbox.backends.manifests import Fingerprint, ReadBlob
-from retcon_sandbox.errors import ConfigError, ImageError, SetupError
+from retcon_sandbox.errors import ConfigError, ImageError, SandboxError, SetupError
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.report import Reporter
@@ -483,8 +483,20 @@ class Environments:
         self.report.emit("setup", image=docker.image, key=key, network=self.policy.network,
                          commands=len(commands), ca=str(ca[0]) if ca else None,
                          reason=self._why(docker.engine, record, again), cache=cache)
-        if cache is not None:
-            docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
+        with contextlib.ExitStack() as measured:
+            if cache is not None:  # measured after a setup that failed too: it may be full
+                docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
+                measured.callback(self._keep_cache_within_disk, docker, cache)
+            image_id = self._setup_in_container(docker, tree, version, ca, cache, record)
+        self._keep_within_disk(docker, image_id, repository, key)
+        self.report.emit("setup_ready", tag=f"{repository}:{key}",
+                         seconds=round(time.monotonic() - started, 1))
+
+    def _setup_in_container(self, docker: DockerBackend, tree: str, version: Version,
+                            ca: tuple[Path, bytes] | None, cache: str | None,
+                            record: dict[str, object]) -> str:
+        """The setup's commands in a setup container, committed as an untagged image: its ID."""
+        commands = self.settings.setup
         with docker.open_setup("setup", self.policy.network, self.policy.registries,
                                ca[1] if ca else None, cache) as box:
             with self.git_lock:
@@ -501,15 +513,10 @@ class Environments:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
                                  f"kept: {kept.output.strip()[-500:]}",
                                  "The image needs a writable /var/tmp.")
-            image_id = docker.commit_image(box, {
+            return docker.commit_image(box, {
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
                 LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
-        if cache is not None:
-            self._keep_cache_within_disk(docker, cache)
-        self._keep_within_disk(docker, image_id, repository, key)
-        self.report.emit("setup_ready", tag=f"{repository}:{key}",
-                         seconds=round(time.monotonic() - started, 1))
 
     def _cargo(self, box: DockerSandbox, script: str, what: str) -> None:
         """Cargo keeps its downloads in $CARGO_HOME, which the image must hold for offline
@@ -566,10 +573,13 @@ class Environments:
             return
         what = "could not be measured" if used is None else \
             f"holds {human_bytes(used)}, over --setup-disk {human_bytes(self.policy.disk)}"
-        if docker.engine.remove_volume(cache):
-            done = "it was removed (the next setup downloads again)"
+        try:
+            removed = docker.engine.remove_volume(cache)
+        except SandboxError as exc:  # a warning: it must not hide why a failed setup failed
+            done = f"it could not be removed ({exc.message}): remove it with `docker volume rm`"
         else:
-            done = "another run uses it: it stays until a setup finds it within the cap"
+            done = "it was removed (the next setup downloads again)" if removed else \
+                "another run uses it: it stays until a setup finds it within the cap"
         self.report.emit("warning", message=f"the package cache {cache} {what}: {done}")
 
     def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:

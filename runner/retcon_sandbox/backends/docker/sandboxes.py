@@ -235,7 +235,7 @@ class DockerBackend:
             with self._on_cache(name, "DAC_READ_SEARCH", "ro") as container_id:
                 code, output = self.engine.exec_run(
                     container_id, ["du", "-s", "-x", "-B1", CACHE_PATH], "0:0")
-        except EngineError:
+        except SandboxError:  # the engine failed, or our base image is gone
             return None
         size = output.split(b"\t", 1)[0].strip()
         return int(size) if code == 0 and size.isdigit() else None
