@@ -11,9 +11,9 @@ with RETCON_SANDBOX_SUPERVISE=1 (it kills every process of its uid: never on a h
   (`snapshot`).
 
 It is kept apart from the helper, which inlines it (see `resources.helper_source`), because it
-starts in every command's exec: it imports only os, sys, signal, stat and ctypes, and starts its
-children with fork and exec, where the helper's protocol and `subprocess` would cost about as
-much CPU again as the exec itself (see bench/sandbox.py).
+starts in every command's exec: it imports only os, sys, signal, stat, time and ctypes, and
+starts its children with fork and exec, where the helper's protocol and `subprocess` would cost
+about as much CPU again as the exec itself (see bench/sandbox_overhead.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import signal
 import stat
 import sys
+import time
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
@@ -86,13 +87,18 @@ def harden() -> None:
 
 def spawn(argv: list[str], cwd: str, env: dict[str, str], stdin: int, out: int) -> int:
     """Start `argv` (an absolute program, or one found on env's PATH) in a session of its own,
-    the out-of-memory killer's first choice, stdin from the descriptor `stdin`, stdout and
-    stderr to `out`: its pid. A program that cannot start writes why to `out` and exits 127."""
+    with the signal dispositions a shell gives (Python ignores SIGPIPE and SIGXFSZ: a pipe into
+    `head` would fail otherwise), the out-of-memory killer's first choice, stdin from the
+    descriptor `stdin`, stdout and stderr to `out`: its pid. A program that cannot start
+    writes why to `out` and exits 127. OSError when no process can be made."""
     sys.stdout.flush()
     pid = os.fork()
     if pid:
         return pid
     try:  # the child: nothing here may return into the caller's code
+        for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGALRM, signal.SIGCHLD):
+            signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.setsid()
         os.dup2(stdin, 0)
         os.dup2(out, 1)
@@ -113,28 +119,26 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-class _Expired(Exception):
-    pass
-
-
-def _expire(signum: int, frame: object) -> None:
-    raise _Expired
-
-
 def wait(pid: int, timeout: float | None = None) -> int | None:
-    """The child's exit code (`exit_code`), or None when `timeout` seconds passed first."""
+    """The child's exit code (`exit_code`), or None when `timeout` seconds passed first. No
+    signal handler: SIGCHLD is waited for while blocked (a stray one, which the commands' uid
+    may send, only wakes the loop), so nothing a command sends can cut the supervisor short
+    of its clean-up."""
     if timeout is None:
         return exit_code(os.waitpid(pid, 0)[1])
-    signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
+    deadline = time.monotonic() + timeout
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
     try:
-        try:
-            _, status = os.waitpid(pid, 0)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _Expired:  # also when the alarm rang just as the child ended: the time was up
-        return None
-    return exit_code(status)
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return exit_code(status)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            signal.sigtimedwait([signal.SIGCHLD], left)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def supervise(cmd: str, timeout: float, workspace: str) -> int:
@@ -146,36 +150,53 @@ def supervise(cmd: str, timeout: float, workspace: str) -> int:
     harden()
     env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
            **os.environ}
-    with open(os.devnull, "rb") as nothing:
-        pid = spawn(["/bin/sh", "-c", cmd], workspace, env, nothing.fileno(), 1)
-    code = wait(pid, timeout)
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
-    reap()
+    try:
+        with open(os.devnull, "rb") as nothing:
+            code = wait(spawn(["/bin/sh", "-c", cmd], workspace, env, nothing.fileno(), 1),
+                        timeout)
+    except OSError as exc:  # no process could be made (the pids limit, memory)
+        sys.stdout.write(f"retcon-sandbox: cannot start the command: {exc}\n")
+        code = 127
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        reap()
     return TIMED_OUT if code is None else code
+
+
+def _scratch(name: str) -> int:
+    """A file with no name, in memory (or in /tmp where memfd_create is missing)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create(name)
+    return os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
 
 
 def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | None) -> int:
     """One git command in the workspace (no hooks, no signing), `feed` on its stdin: its exit
     code, after writing its output (the last 2000 bytes) when it failed. Input and output go
-    through memory files, so neither side can block the other."""
+    through unnamed files, so neither side can block the other."""
     argv = ["git", "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null",
             "-c", "commit.gpgSign=false", *args]
     with contextlib.ExitStack() as stack:
-        stdin = os.memfd_create("git-in") if feed else os.open(os.devnull, os.O_RDONLY)
-        stack.callback(os.close, stdin)
-        if feed:
-            os.write(stdin, feed)
+        try:
+            stdin = _scratch("git-in") if feed else os.open(os.devnull, os.O_RDONLY)
+            stack.callback(os.close, stdin)
+            view = memoryview(feed or b"")
+            while view:
+                view = view[os.write(stdin, view):]
             os.lseek(stdin, 0, os.SEEK_SET)
-        out = os.memfd_create("git-out")
-        stack.callback(os.close, out)
-        code = wait(spawn(argv, workspace, env, stdin, out))
-        assert code is not None
-        if code:
+            out = _scratch("git-out")
+            stack.callback(os.close, out)
+            code = wait(spawn(argv, workspace, env, stdin, out))
             size = os.lseek(out, 0, os.SEEK_END)
             os.lseek(out, max(0, size - 2000), os.SEEK_SET)
-            sys.stdout.write(os.read(out, 2000).decode("utf-8", "replace"))
-        return code
+            said = os.read(out, 2000)
+        except OSError as exc:
+            sys.stdout.write(f"git {args[0]}: {exc}\n")
+            return 127
+        if code:
+            sys.stdout.write(said.decode("utf-8", "replace"))
+        return code or 0
 
 
 def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:

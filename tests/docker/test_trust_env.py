@@ -136,28 +136,38 @@ def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
     assert disk and all(int(str(e["written"])) >= 30_000_000 for e in disk), disk
 
 
-HIDE_30MB = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && head -c 30000000 /dev/urandom > $d/big && " \
-    "chmod 000 $d"
+HIDDEN = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && cd $d && "  # then unreadable to others
+SIZED = {  # what setup leaves in the package cache; --setup-disk 20m allows 5120 files
+    "30 MB": "head -c 30000000 /dev/urandom > big && chmod 000 $d",
+    "30 MB, failing": "head -c 30000000 /dev/urandom > big && chmod 000 $d; exit 3",
+    "1 MB, 30 hard links": "head -c 1000000 /dev/urandom > f && "
+                           "for i in $(seq 30); do ln f l$i; done && chmod 000 $d",
+    "6000 empty files": "seq 6000 | xargs touch && chmod 000 $d"}
 
 
-@pytest.mark.parametrize("then", ["", "; exit 3"], ids=["passes", "fails"])
+@pytest.mark.parametrize("left", SIZED, ids=list(SIZED))
 def test_a_package_cache_over_the_cap_is_removed_though_setup_hid_its_files(
-        engine: DockerEngine, tmp_path: Path, then: str) -> None:
-    """Setup writes 30 MB into the package cache, in a directory it then makes unreadable: the
-    measure still counts it, and the cache goes, whether setup then passes (its environment,
-    small, is kept) or fails (a failure is no way around the cap)."""
-    spec = project(tmp_path / "cache", f'setup = "{HIDE_30MB}{then}"\n'
+        engine: DockerEngine, tmp_path: Path, left: str) -> None:
+    """Setup fills the package cache past --setup-disk, in a directory it then makes
+    unreadable: the measure still counts it (hard links in full, files as well as bytes), and
+    the cache goes, whether setup then passes (its environment, small, is kept) or fails (a
+    failure is no way around the cap)."""
+    spec = project(tmp_path / "cache", f'setup = "{HIDDEN}{SIZED[left]}"\n'
                    'test = "python -m pytest -q"')
     code, found, log = run(spec, "--setup-disk", "20m")
     volumes = {str(e["cache"]) for e in found if e["event"] == "setup" and e.get("cache")}
+    failing = "failing" in left
     try:
-        assert code == (1 if then else 0), log
+        assert code == (1 if failing else 0), log
         measured = [e for e in found if e["event"] == "setup_cache_disk"]
-        assert len(measured) == 1 and int(str(measured[0]["used"])) >= 30_000_000, log
+        assert len(measured) == 1, log
+        used, files = int(str(measured[0]["used"])), int(str(measured[0]["files"]))
+        assert used >= 30_000_000 or files >= 6000, measured
         warnings = [str(e["message"]) for e in found if e["event"] == "warning"]
-        assert [w for w in warnings if "over --setup-disk 20m: it was removed" in w], warnings
+        assert [w for w in warnings if ("over --setup-disk 20m" in w or "over the 5120" in w)
+                and "it was removed" in w], warnings
         assert len(volumes) == 1 and not engine.has_volume(next(iter(volumes))), log
-        assert len(prepared(found)) == (0 if then else 1)
+        assert len(prepared(found)) == (0 if failing else 1)
     finally:
         for name in volumes:
             engine.remove_volume(name)

@@ -104,6 +104,33 @@ def test_nothing_a_command_started_outlives_it(backend: DockerBackend) -> None:
         still_serving(box)
 
 
+def test_a_command_starts_with_a_shells_signals(backend: DockerBackend) -> None:
+    """Not the supervisor's Python's (which ignores SIGPIPE and SIGXFSZ): a pipe into `head`
+    ends its writer as in a shell."""
+    with backend.open("t") as box:
+        result = box.run("grep -E '^Sig(Ign|Blk)' /proc/self/status; "
+                         "bash -o pipefail -c 'yes | head -1'", 20)
+        assert result.exit_code == 141, result.output  # 128 + SIGPIPE, from the pipeline
+        assert "SigIgn:\t0000000000000000" in result.output, result.output
+        assert "SigBlk:\t0000000000000000" in result.output and "Broken pipe" not in \
+            result.output, result.output
+
+
+def test_signals_sent_to_the_supervisor_cannot_skip_its_clean_up(backend: DockerBackend
+                                                                 ) -> None:
+    """A stray SIGCHLD only wakes its wait; SIGALRM ends it, and what the command started is
+    killed all the same."""
+    with backend.open("t") as box:
+        box.write_file("listing.py", LISTING.encode())
+        woken = box.run("kill -CHLD $PPID; kill -CHLD $PPID; sleep 0.3; exit 7", 20)
+        assert (woken.exit_code, woken.timed_out) == (7, False), woken.output
+        alarmed = box.run("(setsid sh -c 'sleep 1000' &); kill -ALRM $PPID; sleep 1", 20)
+        assert not alarmed.passed and not alarmed.timed_out, alarmed.output
+        left = box.run("python3 listing.py", 10)
+        assert left.passed and "LEFT" not in left.output, left.output
+        still_serving(box)
+
+
 def test_a_huge_line_is_capped_and_costs_the_host_little(backend: DockerBackend) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
     with backend.open("t") as box:

@@ -77,6 +77,7 @@ DEFAULT_INPUTS = tuple(f"**/{name}" for name in (
     "package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
     "Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "go.mod", "go.sum",
 ))
+FILE_BYTES = 4096  # the package cache may hold one file per this many bytes of --setup-disk
 CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                  "/etc/ssl/cert.pem")
 CA_LIMIT = 16 * 1024 * 1024
@@ -564,15 +565,22 @@ class Environments:
             raise
 
     def _keep_cache_within_disk(self, docker: DockerBackend, cache: str) -> None:
-        """The package cache is held to --setup-disk too, measured once the setup's container
-        is gone (nothing writes to it then). Over the cap, or when it cannot be measured, it
-        is removed: it holds only downloads, which the next setup fetches again."""
-        used = docker.cache_usage(cache)
-        self.report.emit("setup_cache_disk", volume=cache, used=used, cap=self.policy.disk)
-        if used is not None and used <= self.policy.disk:
+        """The package cache is held to --setup-disk too, in bytes and in files (one per
+        FILE_BYTES of it: empty files use no blocks, but inodes), measured once the setup's
+        container is gone (nothing writes to it then). Over either cap, or when it cannot be
+        measured, it is removed: it holds only downloads, which the next setup fetches again."""
+        found = docker.cache_usage(cache)
+        used, files = found if found is not None else (None, None)
+        cap, most = self.policy.disk, self.policy.disk // FILE_BYTES
+        self.report.emit("setup_cache_disk", volume=cache, used=used, files=files, cap=cap)
+        if used is None or files is None:
+            what = "could not be measured"
+        elif used > cap:
+            what = f"holds {human_bytes(used)}, over --setup-disk {human_bytes(cap)}"
+        elif files > most:
+            what = f"holds {files} files, over the {most} that --setup-disk allows"
+        else:
             return
-        what = "could not be measured" if used is None else \
-            f"holds {human_bytes(used)}, over --setup-disk {human_bytes(self.policy.disk)}"
         try:
             removed = docker.engine.remove_volume(cache)
         except SandboxError as exc:  # a warning: it must not hide why a failed setup failed

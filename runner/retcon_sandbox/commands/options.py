@@ -282,8 +282,9 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
         from retcon_sandbox.backends.environments import check_spec_image, repository_scope
 
         check_spec_image(engine, tag, repository_scope(repo) if repo is not None else None)
-    proxy = None  # setup's egress proxy runs from our own base image, built before any table
-    if settings.setup and access.setup.network == "registries":
+    proxy = None  # setup's egress proxy and the package cache's root containers run from our
+    # own base image (never the run's, which a spec names), built before any table
+    if settings.setup and (access.setup.network == "registries" or access.setup.package_cache):
         proxy = images.ensure(engine, images.default_image(), say)
     return DockerBackend(engine, tag, settings, access.variables,
                          Path(os.path.realpath(spec.path)), proxy)

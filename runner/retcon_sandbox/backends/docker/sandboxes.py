@@ -58,6 +58,7 @@ _LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\"
 # Setup's package cache (a volume at CACHE_PATH, mounted into setup containers only): where
 # each tool keeps its downloads. Cargo's downloads must be in the image for offline builds:
 # they are copied in before setup and back after it (see Environments).
+CACHE_MEASURE_S = 300  # the longest the package cache's measure may take (else: removed)
 CACHE_VARIABLES = {"PIP_CACHE_DIR": f"{CACHE_PATH}/pip", "UV_CACHE_DIR": f"{CACHE_PATH}/uv",
                    "UV_LINK_MODE": "copy", "npm_config_cache": f"{CACHE_PATH}/npm"}
 # Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
@@ -117,7 +118,8 @@ class DockerBackend:
 
     def __init__(self, engine: DockerEngine, image: str, settings: SandboxSettings,
                  env: dict[str, str], spec_path: Path, proxy_image: str | None = None) -> None:
-        """`proxy_image`: our own base image, which setup's egress proxy runs from."""
+        """`proxy_image`: our own base image, which setup's egress proxy and the package
+        cache's root containers run from (never the run's image, which a spec names)."""
         self.engine = engine
         self.image = image
         self.proxy_image = proxy_image
@@ -219,33 +221,44 @@ class DockerBackend:
         self.engine.create_volume(name, labels)
         try:
             with self._on_cache(name, "CHOWN", "rw") as container_id:
-                self.engine.exec_run(container_id, ["chown", f"{COMMAND_UID}:{GID}",
-                                                    CACHE_PATH], "0:0")
-        except EngineError as exc:
+                code, _ = self.engine.exec_run(container_id, ["chown", f"{COMMAND_UID}:{GID}",
+                                                              CACHE_PATH], "0:0")
+            if code != 0:
+                raise EngineError(f"chown exited {code}")
+        except SandboxError as exc:
             self.engine.remove_volume(name)  # never left unprepared
             raise SandboxError(f"cannot prepare the package cache {name}: {exc}",
                                "Give --no-package-cache to set up without it.") from None
 
-    def cache_usage(self, name: str) -> int | None:
-        """The disk the package cache's volume uses, in bytes, as `du` counts it in a short
+    def cache_usage(self, name: str) -> tuple[int, int] | None:
+        """The disk the package cache's volume uses, in bytes, and its files, as `du` counts
+        them (each hard link in full: a copy out of the cache would not keep them) in a short
         container (`_on_cache`, the volume read-only) whose root may read every directory
-        (DAC_READ_SEARCH): what setup wrote there cannot hide from it by its modes. None when
-        it cannot be measured."""
+        (DAC_OVERRIDE: not DAC_READ_SEARCH, which would open `open_by_handle_at` to the host's
+        file systems). What setup wrote there cannot hide from it by its modes. None when it
+        cannot be measured within CACHE_MEASURE_S seconds."""
+        script = (f"timeout {CACHE_MEASURE_S} du -s -x -l -B1 {CACHE_PATH} && "
+                  f"timeout {CACHE_MEASURE_S} du -s -x -l --inodes {CACHE_PATH}")
         try:
-            with self._on_cache(name, "DAC_READ_SEARCH", "ro") as container_id:
-                code, output = self.engine.exec_run(
-                    container_id, ["du", "-s", "-x", "-B1", CACHE_PATH], "0:0")
+            with self._on_cache(name, "DAC_OVERRIDE", "ro") as container_id:
+                code, output = self.engine.exec_run(container_id, ["/bin/sh", "-c", script],
+                                                    "0:0")
         except SandboxError:  # the engine failed, or our base image is gone
             return None
-        size = output.split(b"\t", 1)[0].strip()
-        return int(size) if code == 0 and size.isdigit() else None
+        counts = [line.split(b"\t", 1)[0].strip() for line in output.splitlines()]
+        if code != 0 or len(counts) != 2 or not all(c.isdigit() for c in counts):
+            return None
+        return int(counts[0]), int(counts[1])
 
     @contextlib.contextmanager
     def _on_cache(self, name: str, capability: str, mode: str) -> Iterator[str]:
         """A started container of our own base image with the volume `name` at CACHE_PATH
         (`mode` rw or ro), as root with the one `capability` and no network, running nothing
         but the execs it is given: its id. Removed at the end (EngineError when it fails)."""
-        kwargs = {**self.create_kwargs("cache", self.proxy_image or self.image),
+        if self.proxy_image is None:
+            raise ImageError("the package cache's containers run from retcon-sandbox/base, which "
+                             "was not made ready", "Give --no-package-cache, or report this.")
+        kwargs = {**self.create_kwargs("cache", self.proxy_image),
                   "user": "0:0", "cap_add": [capability],
                   "volumes": {name: {"bind": CACHE_PATH, "mode": mode}}}
         kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
