@@ -33,6 +33,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from verify import cpu_ticks  # bench/verify.py, beside this script
+
 from retcon_sandbox.archive import of_bytes
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
@@ -40,6 +42,7 @@ from retcon_sandbox.backends.docker.sandboxes import (
     COMMAND_UID,
     GID,
     DockerBackend,
+    python_argv,
     supervisor_argv,
 )
 from retcon_sandbox.backends.workspace import sandbox_tree
@@ -209,11 +212,10 @@ def main() -> None:
 
 
 def busy_cpu() -> float:
-    """Every process's CPU time so far, in seconds (/proc/stat: user, nice, system, irq,
-    softirq): the engine's and the container's processes count too."""
-    with open("/proc/stat") as handle:
-        fields = [int(v) for v in handle.readline().split()[1:8]]
-    return (sum(fields[:3]) + sum(fields[5:7])) / os.sysconf("SC_CLK_TCK")
+    """Every process's CPU time so far, in seconds (the engine's and the containers' count
+    too): the machine's jiffies that were not idle (`verify.cpu_ticks`)."""
+    idle, total = cpu_ticks()
+    return (total - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def exec_cpu(engine: DockerEngine, backend: DockerBackend, n: int) -> None:
@@ -223,7 +225,7 @@ def exec_cpu(engine: DockerEngine, backend: DockerBackend, n: int) -> None:
     whole = helper_source().split('\nif __name__ == "__main__":\n', 1)[0]
     whole += "\nsupervised(sys.argv[1:])\n"
     variants = {"supervisor": supervisor_argv("--run", "60", "true"),
-                "whole helper": [*supervisor_argv()[:4], "-c", whole, "--run", "60", "true"],
+                "whole helper": python_argv("retcon-helper", whole, "--run", "60", "true"),
                 "bare exec": ["true"]}
     spent = dict.fromkeys(variants, 0.0)
     with backend.open("bench") as box:

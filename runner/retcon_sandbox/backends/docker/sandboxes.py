@@ -491,16 +491,21 @@ def _pump(stream: ExecStream, capture: OutputCapture,
     return False
 
 
+def python_argv(name: str, source: str, *args: str) -> list[str]:
+    """`source` run by the image's system python3 (see PYTHONS) with `args`; `name` is its
+    argv[0] in the container's process list."""
+    return ["/bin/sh", "-c", _LAUNCH, name, "-c", source, *args]
+
+
 def helper_argv(*args: str) -> list[str]:
-    """The in-container helper's command line (see PYTHONS)."""
-    return ["/bin/sh", "-c", _LAUNCH, "retcon-helper", "-c", helper_source(), "--workspace",
-            "/workspace", *args]
+    """The in-container helper's command line."""
+    return python_argv("retcon-helper", helper_source(), "--workspace", "/workspace", *args)
 
 
 def supervisor_argv(*args: str) -> list[str]:
-    """A supervised mode's command line (see PYTHONS): sandbox/supervisor.py, not the whole
-    helper, which would cost about as much CPU again as the exec itself."""
-    return ["/bin/sh", "-c", _LAUNCH, "retcon-supervisor", "-c", supervisor_source(), *args]
+    """A supervised mode's command line: sandbox/supervisor.py, not the whole helper, which
+    would cost about as much CPU again as the exec itself."""
+    return python_argv("retcon-supervisor", supervisor_source(), *args)
 
 
 def proxy_variables(url: str) -> dict[str, str]:
