@@ -40,15 +40,15 @@ def ours(engine: DockerEngine, base: Path) -> list[str]:
 
 
 def commit_sandbox(engine: DockerEngine, base: Path, proc: subprocess.Popen[str]) -> str:
-    """The one commit sandbox of the run `proc` whose spec is under `base` (not the short-lived
-    preflight one, which checks the commands before anything is written and is gone a moment
-    later), once it exists."""
+    """The first commit's sandbox (labelled `commit-1`) of the run `proc` whose spec is under
+    `base`, once it exists: not the short-lived preflight one, which checks the commands before
+    anything is written, nor the next commit's, which the look-ahead opens beside it."""
     def commit_boxes() -> list[str]:
         found = engine.client.containers.list(all=True, ignore_removed=True,
                                               filters={"label": LABEL_RUN})
         mine = set(ours(engine, base))
         return [str(c.id) for c in found if str(c.id) in mine
-                and c.labels.get("retcon-sandbox.step") != "preflight"]
+                and c.labels.get("retcon-sandbox.step") == "commit-1"]
     deadline = time.monotonic() + 120
     while not commit_boxes() and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
