@@ -10,10 +10,12 @@ Prints, each through the real command line (Python start-up included):
   generated project of real size: COMMITS commits of a Python package whose test suite grows to
   a second or two, and `verify` again with every result cached.
 - scaling: `verify -j 1` against `-j 2` on a CPU-bound suite (CPU_COMMITS commits whose test
-  burns BURN seconds of CPU in python), with the look-ahead (the next sandbox opened while a
-  tree's commands run, removal off the critical path) and without it
-  (RETCON_SANDBOX_VERIFY_AHEAD=0, what 0.3.0 did), each with the per-phase breakdown that
-  `verify --json` reports (`verify_phases`: seconds summed over threads) and the machine's load.
+  burns BURN seconds of CPU in python), with the look-ahead (the next sandbox made ready while
+  a tree's commands run, removal off the critical path) and a worker's used containers wiped
+  and reused (the default), with the look-ahead and a fresh container per tree (--no-reuse),
+  and with neither (RETCON_SANDBOX_VERIFY_AHEAD=0 --no-reuse, what 0.3.0 did), each with the
+  per-phase breakdown that `verify --json` reports (`verify_phases`: seconds summed over
+  threads) and the machine's load.
 Nothing is asserted: these are figures to read.
 """
 
@@ -82,7 +84,7 @@ def generated(directory: Path, commits: int) -> Path:
 
 BURN = ("python3 -c \"import time; end = time.process_time() + {seconds}\n"
         "while time.process_time() < end: sum(range(10000))\"")
-PHASE_NAMES = ("waited", "create", "git_wait", "git_tar", "load", "prepare", "commands",
+PHASE_NAMES = ("waited", "create", "wipe", "git_wait", "git_tar", "load", "prepare", "commands",
                "remove", "environment")
 
 
@@ -139,8 +141,9 @@ def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
           f"{burn:g} s of CPU; {os.cpu_count()} cores; {load()} before):")
     rows: list[tuple[str, float, dict[str, Any]]] = []
     variants: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
-        ("no look-ahead (as 0.3.0)", {"RETCON_SANDBOX_VERIFY_AHEAD": "0"}, ()),
-        ("look-ahead", {}, ())]
+        ("no look-ahead (as 0.3.0)", {"RETCON_SANDBOX_VERIFY_AHEAD": "0"}, ("--no-reuse",)),
+        ("look-ahead, fresh containers", {}, ("--no-reuse",)),
+        ("look-ahead, reused containers", {}, ())]
     if engines:
         print(f"  (engines: {' + '.join(engines)})")
         variants.append((f"look-ahead, {len(engines)} engines", {},

@@ -52,6 +52,8 @@ from retcon_sandbox.protocol import (  # replaced by that module's text when shi
     ListResponse,
     ReadRequest,
     ReadResponse,
+    ResetRequest,
+    ResetResponse,
     RunRequest,
     RunResponse,
     WriteRequest,
@@ -65,10 +67,13 @@ from retcon_sandbox.sandbox.supervisor import (  # replaced by that module's tex
     DEFAULT_PATH,
     TREE_LIST,
     _prefer_oom_victim,
+    clear,
     harden,
     is_dumpable,
     make_dirs,
+    mounts,
     reap,
+    scratch_mounts,
 )
 
 Response = Dict[str, Any]
@@ -446,6 +451,50 @@ def isolation_problems(network: bool = True) -> list[str]:
     return problems
 
 
+def sandbox_state() -> dict[str, str]:
+    """What the sandbox's uids can change that outlives their processes, and the processes
+    themselves (but this one): each writable tmpfs's used blocks and files, and its root's owner,
+    mode and extended attributes; the entries of each message-queue and pty file system; the
+    SysV IPC objects. Counts only: the names are the commands' own."""
+    state: dict[str, str] = {}
+    for point, kind, writable in mounts():
+        with contextlib.suppress(OSError):
+            if kind == "tmpfs" and writable:
+                fs, root = os.statvfs(point), os.stat(point)
+                files = str(fs.f_files - fs.f_ffree) if fs.f_files else "uncounted"
+                state[point] = (f"{fs.f_blocks - fs.f_bfree} blocks, {files} files, owner "
+                                f"{root.st_uid}:{root.st_gid}, mode {root.st_mode:o}, "
+                                f"{_attributes(point)} attributes")
+            elif kind in ("mqueue", "devpts"):
+                state[point] = f"{len(os.listdir(point))} entries"
+    for kind in ("shm", "sem", "msg"):
+        with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as handle:
+            state[f"SysV IPC {kind}"] = f"{len(handle.read().splitlines()) - 1} objects"
+    me = str(os.getpid())
+    state["processes"] = " ".join(sorted(n for n in os.listdir("/proc")
+                                         if n.isdigit() and n != me))
+    return state
+
+
+def _attributes(path: str) -> int | str:
+    """How many extended attributes `path` has (the commands' uid may set user.* ones on the
+    workspace's root, which a wipe keeps)."""
+    try:
+        return len(os.listxattr(path, follow_symlinks=False))
+    except OSError:
+        return "no"
+
+
+def differences(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """How `now` differs from `before`; a tmpfs whose files cannot be counted always does."""
+    left = [f"{key}: {now.get(key, 'gone')} (was {value})" for key, value in before.items()
+            if now.get(key) != value]
+    left += [f"{key}: {value} (new)" for key, value in now.items() if key not in before]
+    left += [f"{key}: no inode limit, so its files cannot be counted" for key, value
+             in now.items() if "uncounted" in value]
+    return left
+
+
 # --- requests -------------------------------------------------------------------------------
 
 
@@ -455,6 +504,7 @@ class Helper:
         self.checks = checks
         self.checks_network = checks_network
         self.then: Callable[[IO[bytes]], None] | None = None  # streams after the answer
+        self.started = sandbox_state()  # before any command of the sandbox ran
 
     def op_hello(self, req: HelloRequest, payload: bytes) -> HelloResponse:
         problems = isolation_problems(self.checks_network) if self.checks else []
@@ -495,6 +545,18 @@ class Helper:
         if req.record:
             write_tree_list(names)
         return ExtractResponse(files=count)
+
+    def op_reset(self, req: ResetRequest, payload: bytes) -> ResetResponse:
+        """After the supervisor's `--wipe` (no process of the commands' uid is left): remove what
+        this uid may of the scratch file systems (the tree it unpacked, what the commands wrote
+        in its directories), then compare the sandbox with what it was at the start."""
+        for point in scratch_mounts():
+            clear(point)
+            with contextlib.suppress(OSError):  # what the commands set on the workspace's root
+                for name in os.listxattr(point, follow_symlinks=False):
+                    if name.startswith("user."):
+                        os.removexattr(point, name, follow_symlinks=False)
+        return ResetResponse(left=differences(self.started, sandbox_state()))
 
     def op_read(self, req: ReadRequest, payload: bytes) -> ReadResponse:
         path = self.ws.for_read(req.path)

@@ -8,7 +8,10 @@ with RETCON_SANDBOX_SUPERVISE=1 (it kills every process of its uid: never on a h
 - `--prepare [--git] [--tag TAG [--distance N]]`: the workspace's git metadata and what a setup
   left, under the commands' uid, which then owns them (`prepare`);
 - `--snapshot`: after a setup, keep what it made in the workspace, under the helper's uid
-  (`snapshot`).
+  (`snapshot`);
+- `--wipe`: before a used sandbox takes another tree, under the commands' uid: end every
+  process of that uid and remove what it may of every writable scratch file system (`wipe`).
+  The helper then removes the rest and checks that the sandbox is as it started (`reset`).
 
 It is kept apart from the helper, which inlines it (see `resources.helper_source`), because it
 starts in every command's exec: it imports only os, sys, signal, stat, time and ctypes, and
@@ -37,6 +40,9 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "retcon-sandbox", "GIT_COMMITTER_NAME": "retc
 PR_SET_DUMPABLE = 4
 TIMED_OUT = 124
 MAX_DISTANCE = 1_000_000
+SCRATCH = ("tmpfs", "mqueue")  # the writable file systems a sandbox's uids may write to
+MAX_DEPTH = 256  # how deep `clear` goes: what lies deeper stays (and the sandbox is not reused)
+GONE_S = 5.0  # the longest `wipe` waits for the killed processes to be reaped
 
 
 def make_dirs(path: str) -> None:
@@ -320,6 +326,108 @@ def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> in
     return 0
 
 
+# --- wiping a used sandbox ------------------------------------------------------------------
+
+
+def mounts() -> list[tuple[str, str, bool]]:
+    """Each mount this process sees: (mount point, file system type, writable)."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as handle:
+        for line in handle.read().decode("utf-8", "surrogateescape").splitlines():
+            fields = line.split(" ")
+            if "-" not in fields[6:]:
+                continue
+            separator = fields.index("-", 6)
+            found.append((_unescaped(fields[4]), fields[separator + 1],
+                          "rw" in fields[5].split(",")))
+    return found
+
+
+def _unescaped(field: str) -> str:
+    """A mountinfo field: the kernel writes space, tab, newline and backslash as \\ooo."""
+    parts = field.split("\\")
+    return parts[0] + "".join(chr(int(p[:3], 8)) + p[3:] for p in parts[1:])
+
+
+def scratch_mounts() -> list[str]:
+    return [point for point, kind, writable in mounts() if kind in SCRATCH and writable]
+
+
+def others_of_my_uid() -> list[int]:
+    """The processes of this uid but this one (zombies too, until they are reaped)."""
+    me, uid = os.getpid(), os.getuid()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    found.append(int(name))
+    return found
+
+
+def clear(top: str) -> None:
+    """Remove what this uid may of everything under `top` (never `top` itself), staying on its
+    file system and never through a symlink; its own directories are opened up first, whatever
+    their modes. What it may not remove stays: the helper's check finds it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            _clear_in(fd, os.fstat(fd).st_dev, 0)
+        finally:
+            os.close(fd)
+
+
+def _clear_in(fd: int, device: int, depth: int) -> None:
+    with os.scandir(fd) as listing:
+        entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+    for name, is_dir in entries:
+        with contextlib.suppress(OSError):
+            if is_dir:
+                if depth >= MAX_DEPTH or not _clear_dir(fd, name, device, depth + 1):
+                    continue
+                os.rmdir(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+
+
+def _clear_dir(parent: int, name: str, device: int, depth: int) -> bool:
+    """Empty the directory `name`: False when it is another mount (left as it is)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        fd = os.open(name, flags, dir_fd=parent)
+    except PermissionError:  # one of ours made unreadable: no process of this uid is left to
+        os.chmod(name, 0o700, dir_fd=parent)  # swap it for a symlink meanwhile
+        fd = os.open(name, flags, dir_fd=parent)
+    try:
+        st = os.fstat(fd)
+        if st.st_dev != device:
+            return False
+        if st.st_uid == os.getuid():
+            os.fchmod(fd, 0o700)
+        _clear_in(fd, device, depth)
+        return True
+    finally:
+        os.close(fd)
+
+
+def wipe() -> int:
+    """`--wipe`, under the commands' uid: SIGKILL every other process of this uid and wait
+    until they are reaped, then `clear` each writable scratch file system (the workspace, /tmp,
+    /dev/shm, the message queues, the tmpfs over the image's volumes). 1 when a process is
+    left."""
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    deadline = time.monotonic() + GONE_S
+    while others_of_my_uid():
+        if time.monotonic() > deadline:
+            sys.stdout.write("retcon-sandbox: processes of the commands' uid are left\n")
+            return 1
+        time.sleep(0.002)
+    for point in scratch_mounts():
+        clear(point)
+    return 0
+
+
 def supervised(args: list[str], workspace: str = "/workspace") -> None:
     if os.environ.get("RETCON_SANDBOX_SUPERVISE") != "1":  # kill(-1): never on a host
         sys.exit("the supervised modes are for the Docker sandbox only")
@@ -331,8 +439,10 @@ def supervised(args: list[str], workspace: str = "/workspace") -> None:
     os.umask(0o002)
     if mode == "--snapshot":
         sys.exit(snapshot(workspace))
+    if mode == "--wipe":
+        sys.exit(wipe())
     if mode != "--prepare":
-        sys.exit(f"unknown mode {mode!r}: --run, --prepare or --snapshot")
+        sys.exit(f"unknown mode {mode!r}: --run, --prepare, --snapshot or --wipe")
     git = "--git" in args
     tag = args[args.index("--tag") + 1] if "--tag" in args else None
     distance = int(args[args.index("--distance") + 1]) if "--distance" in args else 0

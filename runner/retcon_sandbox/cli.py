@@ -190,6 +190,10 @@ def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
                         "environment again")
     parser.add_argument("-j", "--jobs", type=positive_int, metavar="N",
                         help=f"sandboxes at a time for {parallel} (default: the number of cores)")
+    parser.add_argument("--no-reuse", action="store_true",
+                        help="a new container for every tree (by default a used one takes the "
+                        "next tree of the same environment once wiped: only when no process, "
+                        "file or IPC object of the last tree's is left; else it is replaced)")
     parser.add_argument("--trust-notes", action="store_true",
                         help="also believe cached results that your key does not authenticate "
                         "(claimed by others: whoever can push refs/notes/retcon-sandbox)")
@@ -246,9 +250,10 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser(
         "verify", help="build and test every commit of a range, N sandboxes at a time",
-        description="Build and test every commit of a range, each in a fresh sandbox, N at a "
-        "time, through the verification cache (git notes under refs/notes/retcon-sandbox). "
-        "Exit 0 when every commit passes, 3 when one fails.")
+        description="Build and test every commit of a range, each in a sandbox as new (a fresh "
+        "container, or a used one wiped and checked), N at a time, through the verification "
+        "cache (git notes under refs/notes/retcon-sandbox). Exit 0 when every commit passes, "
+        "3 when one fails.")
     p.add_argument("target", nargs="?", metavar="SPEC | REV-RANGE",
                    help="a spec (its cleaned branch, from the merge-base of source and remote) "
                    "or a revision range such as main..feature (one revision alone: that "

@@ -103,11 +103,19 @@ class ExportRequest:
     paths: list[str] | None = None
 
 
+@dataclass(frozen=True)
+class ResetRequest:
+    """After the supervisor's `--wipe`: remove what the helper's uid left in the scratch file
+    systems, and say how the sandbox differs from what it was when the helper started."""
+
+    OP = "reset"
+
+
 Request = Union[HelloRequest, ExtractRequest, ReadRequest, WriteRequest, DeleteRequest,
-                ListRequest, RunRequest, ExportRequest]
+                ListRequest, RunRequest, ExportRequest, ResetRequest]
 REQUESTS: dict[str, type[Request]] = {c.OP: c for c in (
     HelloRequest, ExtractRequest, ReadRequest, WriteRequest, DeleteRequest, ListRequest,
-    RunRequest, ExportRequest)}
+    RunRequest, ExportRequest, ResetRequest)}
 
 
 # --- responses (helper -> host) ---------------------------------------------------------------
@@ -177,6 +185,13 @@ class ExportResponse:
     """`files`: how many files the frame stream that follows this answer holds."""
 
     files: int
+
+
+@dataclass(frozen=True)
+class ResetResponse:
+    """`left`: what differs from the sandbox as it started (none: it may take another tree)."""
+
+    left: list[str]
 
 
 # --- copy-out's frame stream (helper -> host, after an ExportResponse) --------------------------

@@ -24,6 +24,8 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "model_retry", "squash_verify", "verify_start", "verify_summary",
               # test_final: the finished tree, once per run
               "final_verify", "final_tree", "verify_phases",
+              # verify's pool: a used sandbox serves several trees, or is replaced
+              "sandbox_not_reused",
               # a prepared environment serves every commit (and tree) with the same inputs
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
               "setup_pruned", "setup_cache_pruned", "setup_cache_disk", "base_check",

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,4 +151,88 @@ def test_ctrl_c_during_verify_j_leaves_no_sandbox(engine: DockerEngine, tmp_path
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+    assert not ours(engine, tmp_path)
+
+
+# Each tree's test first fails if anything an earlier tree left is there, then leaves all it
+# can: files in hidden directories (/tmp, /dev/shm, the workspace, .git), a POSIX message
+# queue, a detached process holding an unnamed file in /tmp, and, with "ipc", a SysV segment.
+LEAVE_BEHIND = r'''
+import ctypes, os, subprocess, sys
+found = [os.path.join(d, n) for d in ("/tmp", "/dev/shm", "/dev/mqueue") for n in os.listdir(d)]
+found += sorted(set(os.listdir(".")) - {".git", "leave.py", "n.txt"})
+found += [p for p in os.listdir("/proc") if p.isdigit()
+          and b"retcon-leftover" in open(f"/proc/{p}/cmdline", "rb").read()]
+found += ["a SysV segment"] * (len(open("/proc/sysvipc/shm").read().splitlines()) - 1)
+found += [".git/" + n for n in os.listdir(".git") if n.startswith("leftover")]
+found += os.listxattr("/workspace")
+if found:
+    sys.exit(f"an earlier tree left: {found}")
+for top in ("/tmp/hidden/deep", "/dev/shm/hidden/deep", "junk/deeper"):
+    os.makedirs(top)
+    open(top + "/file", "w").write("x" * 100000)
+    os.chmod(os.path.dirname(top), 0)
+open(".git/leftover", "w").write("x")
+os.setxattr("/workspace", "user.leftover", b"x" * 4000)  # on its root, which a wipe keeps
+libc = ctypes.CDLL(None, use_errno=True)
+mq_open = getattr(libc, "mq_open", None) or ctypes.CDLL("librt.so.1").mq_open
+assert mq_open(b"/leftover", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
+if "ipc" in sys.argv:
+    assert libc.shmget(0, 4096, 0o1000 | 0o600) >= 0
+subprocess.Popen([sys.executable, "-c", "import os, time; fd = os.open('/tmp', os.O_TMPFILE | "
+                  "os.O_RDWR); os.write(fd, b'x' * 100000); time.sleep(1000)", "retcon-leftover"],
+                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+'''
+
+
+def _leaving_project(path: Path, trees: int) -> Path:
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    repo = Repo.init(path, "main")
+    repo.commit_files("main", {"leave.py": LEAVE_BEHIND, "n.txt": "0\n"}, "base")
+    for k in range(1, trees + 1):
+        repo.commit_files("main", {"n.txt": f"{k}\n"}, f"tree {k}")
+    return path
+
+
+def _verified(path: Path, trees: int, test: str, *extra: str
+              ) -> tuple[list[dict[str, object]], dict[str, Any]]:
+    result = cli("verify", f"main~{trees}..main", "--test", test, "-j", "1", "--no-cache",
+                 "--json", *extra, cwd=path)
+    assert result.code == 0, result.out + result.err
+    found = events(result.out)
+    phases = next(e for e in found if e["event"] == "verify_phases")
+    assert isinstance(phases["counts"], dict)
+    return found, phases["counts"]
+
+
+def test_a_reused_sandbox_holds_nothing_of_the_trees_before_it(engine: DockerEngine,
+                                                               tmp_path: Path) -> None:
+    """Five trees, one worker: two containers (the next one is made ready while a tree runs),
+    each wiped and reused in turn. Every tree finds none of what the others left."""
+    path = _leaving_project(tmp_path / "repo", 5)
+    found, counts = _verified(path, 5, "python3 leave.py")
+    verified = [e for e in found if e["event"] == "commit_verified"]
+    assert [e["tests"] for e in verified] == ["PASS"] * 5, [e["tail"] for e in verified]
+    assert counts["create"] == 2 and counts["reused"] == 3
+    assert not [e for e in found if e["event"] == "sandbox_not_reused"]
+    assert not ours(engine, tmp_path)
+
+
+def test_a_sandbox_that_is_not_as_new_is_replaced(engine: DockerEngine, tmp_path: Path) -> None:
+    """A SysV IPC object outlives its processes and the wipe does not remove it: that sandbox
+    is removed and a fresh one opened, so the next tree does not see it either. --no-reuse
+    opens a fresh one for every tree."""
+    path = _leaving_project(tmp_path / "repo", 4)
+    found, counts = _verified(path, 4, "python3 leave.py ipc")
+    verified = [e for e in found if e["event"] == "commit_verified"]
+    assert [e["tests"] for e in verified] == ["PASS"] * 4, [e["tail"] for e in verified]
+    assert counts["create"] == 4 and "reused" not in counts
+    refused = [e for e in found if e["event"] == "sandbox_not_reused"]
+    assert len(refused) == 2  # trees 3 and 4: trees 1 and 2 ran in fresh containers anyway
+    assert all(e["left"] == ["SysV IPC shm: 1 objects (was 0 objects)"] for e in refused)
+
+    found, counts = _verified(path, 4, "python3 leave.py", "--no-reuse")
+    assert counts["create"] == 4 and counts["wipe"] == 0 and "reused" not in counts
     assert not ours(engine, tmp_path)

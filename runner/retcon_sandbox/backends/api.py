@@ -32,6 +32,8 @@ from retcon_sandbox.protocol import (
     ReadRequest,
     ReadResponse,
     Request,
+    ResetRequest,
+    ResetResponse,
     RunRequest,
     RunResponse,
     WriteRequest,
@@ -273,6 +275,11 @@ class HelperSandbox:
         """`record`: the helper keeps the names (a setup's snapshot leaves them out)."""
         return self.call(ExtractRequest(record), ExtractResponse, chunks=tar.chunks,
                          seconds=LOAD_S).files
+
+    def reset(self) -> list[str]:
+        """The helper's half of a wipe (see `ResetRequest`): how the sandbox still differs from
+        what it was when the helper started."""
+        return list(self.call(ResetRequest(), ResetResponse, seconds=LOAD_S).left)
 
     def read_file(self, path: str, offset: int | None = None,
                   limit: int | None = None) -> ReadResult:

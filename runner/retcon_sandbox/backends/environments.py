@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from retcon_sandbox.archive import TarStream, spooled
 from retcon_sandbox.backends import images, manifests
-from retcon_sandbox.backends.api import Backend, Sandbox
+from retcon_sandbox.backends.api import Backend, Sandbox, ToolFailure
 from retcon_sandbox.backends.hostaccess import CACHE_PATH, SetupPolicy
 from retcon_sandbox.backends.images import (
     ENV_NAME,
@@ -121,17 +121,20 @@ class Opened:
     environment: str | None  # the prepared environment's image, if there is a setup
 
 
-PHASES = ("environment", "create", "git_wait", "git_tar", "load", "prepare", "commands",
-          "remove", "waited")
+PHASES = ("environment", "create", "wipe", "git_wait", "git_tar", "load", "prepare",
+          "commands", "remove", "waited")
 
 
 class Phases:
     """Seconds spent in each step of the sandboxes' lives, summed over every thread:
     `environment` (finding or preparing the tree's image), `create` (container created and
-    started, helper up), `git_wait` (waiting for `git_lock`), `git_tar` (the tree read from git
-    under it), `load` (unpacked in the sandbox), `prepare` (the workspace's git metadata),
-    `commands` (build and tests), `remove`; and `waited`: what a worker spent waiting for its
-    next sandbox to be ready (the sandbox overhead on the critical path)."""
+    started, helper up), `wipe` (a used sandbox made as new for another tree), `git_wait`
+    (waiting for `git_lock`), `git_tar` (the tree read from git under it), `load` (unpacked in
+    the sandbox), `prepare` (the workspace's git metadata), `commands` (build and tests),
+    `remove`; and `waited`: what a worker spent waiting for its next sandbox to be ready (the
+    sandbox overhead on the critical path). `counts` has each phase's number, and `reused`:
+    the wipes that left a sandbox as new (the others' sandboxes were removed, and fresh ones
+    opened)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -141,6 +144,10 @@ class Phases:
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
             self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def count(self, name: str) -> None:
+        with self._lock:
             self.counts[name] = self.counts.get(name, 0) + 1
 
     @contextlib.contextmanager
@@ -364,6 +371,39 @@ class Environments:
             with clock.timed("prepare"):
                 self._prepare_workspace(dbox, version)
             yield Opened(dbox, files, image)
+
+    def refill(self, used: Opened, tree: str, at: Place | None = None,
+               phases: Phases | None = None) -> Opened | None:
+        """`used`, a sandbox whose commands are done, holding `tree` instead (as `sandbox`
+        would open it) when that is safe: a Docker sandbox of the same environment, which its
+        wipe leaves as it started (`DockerSandbox.wipe`: no process, file or IPC object of the
+        last tree's is left, so nothing of it can reach this tree's verdict). None when it is
+        not: remove it and open a fresh one."""
+        if self.docker is None:
+            return None
+        from retcon_sandbox.backends.docker.sandboxes import DockerSandbox
+
+        box = used.box
+        if not isinstance(box, DockerSandbox):
+            return None
+        clock = phases if phases is not None else Phases()
+        version = self.version(at)
+        with clock.timed("environment"):
+            if self.image_for(tree, version) != used.environment:
+                return None
+        with clock.timed("wipe"):
+            try:
+                left = box.wipe()
+            except (SandboxError, ToolFailure) as exc:  # removed, and another one opened
+                left = [f"the wipe failed: {exc}"]
+        if left:
+            self.report.emit("sandbox_not_reused", left=left[:5])
+            return None
+        clock.count("reused")
+        files = self._load(box, tree, None, clock)
+        with clock.timed("prepare"):
+            self._prepare_workspace(box, version)
+        return Opened(box, files, used.environment)
 
     def _load(self, box: Sandbox, tree: str, tar: TarStream | None, clock: Phases) -> int:
         if tar is None:

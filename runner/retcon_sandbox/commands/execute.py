@@ -63,6 +63,7 @@ class ExecuteOptions:
     timeout: float | None = None
     no_cache: bool = False
     jobs: int | None = None
+    reuse: bool = True  # --no-reuse: a new container for every tree the squash check runs
     pass_env: tuple[str, ...] = ()
     allow_pull: bool = False
     strict_provenance: bool = False
@@ -87,7 +88,7 @@ class ExecuteOptions:
                    image=args.image, sandbox=args.sandbox, engine=tuple(args.engine or ()),
                    squash_wip=args.squash_wip,
                    non_interactive=args.non_interactive, json=args.json, timeout=args.timeout,
-                   no_cache=args.no_cache, jobs=args.jobs,
+                   no_cache=args.no_cache, jobs=args.jobs, reuse=not args.no_reuse,
                    pass_env=tuple(args.pass_env or ()), allow_pull=args.allow_pull,
                    strict_provenance=args.strict_provenance,
                    accept_provenance=args.accept_provenance, adopt_branch=args.adopt_branch,
@@ -155,6 +156,7 @@ def execute(options: ExecuteOptions) -> int:
             if settings.test_final and "test" not in options.skip else None
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
+                             reuse=options.reuse,
                              strict_provenance=options.strict_provenance,
                              accept_provenance=options.accept_provenance,
                              adopt_branch=options.adopt_branch,

@@ -1,5 +1,5 @@
 """`retcon-sandbox verify [SPEC | REV-RANGE] [-j N]`: build and test every commit of a range, each
-in a fresh sandbox, N at a time, through the verification cache.
+in a sandbox as new (see verify/pool.py), N at a time, through the verification cache.
 
 The range is the spec's cleaned branch from the merge-base of its source and remote, or a
 revision range (`main..feature`) with commands from `--build`/`--test` or `--spec FILE`. Exit
@@ -160,10 +160,11 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
             row.state = "done"
             display.finished(row)
 
-    pool = Pool(plan.repo, envs, verifier, jobs, more)
+    pool = Pool(plan.repo, envs, verifier, jobs, more, reuse=not args.no_reuse)
     items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0)) for row in plan.rows]
     pool.run(items, on_done, on_start, display.tick)
-    reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, engines=pool.spread,
+    reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, reuse=pool.reuse,
+                  engines=pool.spread,
                   seconds=pool.phases.summary(), counts=pool.phases.counts)
     if verifier.cache is not None and verifier.cache.problem:
         reporter.emit("warning", message="results were not cached: "

@@ -51,6 +51,7 @@ class RunOptions:
     budgets: Budgets = field(default_factory=Budgets)
     strict_provenance: bool = False
     jobs: int = 1
+    reuse: bool = True  # the squash check's used sandboxes may take another tree, once wiped
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
     base_check: bool = True  # build and test the base commit first (--no-base-check: not)

@@ -1,19 +1,22 @@
-"""Building and testing many trees at once, each in a fresh sandbox of its own, N at a time: the
-`verify` command and the squash check.
+"""Building and testing many trees at once, N at a time: the `verify` command and the squash
+check.
 
 Known results come from the cache first and need no sandbox. N worker threads take the trees in
 turn; each runs one tree's commands at a time. While it does, the sandbox of the tree it takes
-next is already being created, started and filled (`ahead`), and the sandbox it is done with is
-removed by another thread: the worker waits for neither. A sandbox is never reused: each tree
-gets a fresh container (its tmpfs workspace and /tmp are new), so nothing one tree's commands
-leave can reach another tree's verdict. git is used by one thread at a time (the tree's tar is
-read under a lock into a spool, and unpacked outside it; results are recorded by the calling
-thread). With several engines (`--engine` given more than once), worker k uses engine
-k mod E. When anything fails (a configuration error, Ctrl-C), no new sandbox starts, the running
-ones are removed (`Backend.reap` on every engine), and the error goes on.
+next is already being made ready (`ahead`) on a thread of its own: the worker's last used
+sandbox, wiped (`reuse`), or a fresh one. A used sandbox takes another tree only when the tree
+needs the same environment and the wipe leaves it as it started (`Environments.refill`: no
+process, file or SysV IPC object of the last tree's is left, so nothing one tree's commands
+leave can reach another tree's verdict); otherwise it is removed, and a fresh container opened.
+So a worker alternates between two containers. Sandboxes are removed by other threads: the
+worker waits for no removal. git is used by one thread at a time (the tree's tar is read under
+a lock into a spool, and unpacked outside it; results are recorded by the calling thread). With
+several engines (`--engine` given more than once), worker k uses engine k mod E. When anything
+fails (a configuration error, Ctrl-C), no new sandbox starts, the running ones are removed
+(`Backend.reap` on every engine), and the error goes on.
 
 `phases` adds up where the time goes (see `Environments.Phases`); RETCON_SANDBOX_VERIFY_AHEAD=0
-turns the look-ahead off (the bench compares both).
+turns the look-ahead off, and `verify --no-reuse` the reuse (the bench compares them).
 """
 
 from __future__ import annotations
@@ -98,8 +101,10 @@ class _Remover:
 
 class Pool:
     def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int,
-                 more: Sequence[Environments] = (), ahead: bool | None = None) -> None:
-        """`more`: the environments of further engines (`--engine` given more than once)."""
+                 more: Sequence[Environments] = (), ahead: bool | None = None,
+                 reuse: bool = True) -> None:
+        """`more`: the environments of further engines (`--engine` given more than once).
+        `reuse`: a used sandbox may take another tree, once wiped (else each gets a new one)."""
         self.repo = repo
         self.envs = envs
         self.engines = [envs, *more]
@@ -109,8 +114,9 @@ class Pool:
         self.verifier = verifier
         self.jobs = max(1, jobs)
         self.ahead = ahead_default() if ahead is None else ahead
+        self.reuse = reuse
         self.phases = Phases()
-        self.spread: dict[str, int] = {}  # sandboxes opened per engine (its description)
+        self.spread: dict[str, int] = {}  # trees run per engine (its description)
         self._git = envs.git_lock
         self._stop = threading.Event()
         self._queue: deque[Item] = deque()
@@ -188,11 +194,13 @@ class Pool:
     def _worker(self, envs: Environments, started: Started | None,
                 done: queue.Queue[tuple[Item, Outcome]], remover: _Remover) -> None:
         """Take trees until none is left: run one tree's commands while the next one's sandbox
-        opens (on a thread of its own), and leave each used sandbox to `remover`."""
+        is made ready (on a thread of its own), and leave each used sandbox to the next `_open`
+        (`idle`) or to `remover`."""
         opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retcon-open")
+        idle: deque[_Ready] = deque()  # used sandboxes, for `_open` to wipe and fill again
         item = self._take()
         upcoming: Future[_Ready] | None = \
-            opener.submit(self._open, envs, item) if item is not None else None
+            opener.submit(self._open, envs, item, idle, remover) if item is not None else None
         try:
             while item is not None and upcoming is not None:
                 waited = time.monotonic()
@@ -204,36 +212,56 @@ class Pool:
                 if self._stop.is_set():  # opened while the batch was being stopped
                     remover.submit(stack.close)
                     raise _Stopped
+                ran = False
                 try:
                     following = self._take() if self.ahead else None
                     if following is not None:
-                        upcoming = opener.submit(self._open, envs, following)
+                        upcoming = opener.submit(self._open, envs, following, idle, remover)
                     if started is not None:
                         started(item)
                     with self.phases.timed("commands"):
                         outcome = run_stages(_constant(opened.box), self.verifier.commands)
+                    ran = True
                 finally:
-                    remover.submit(stack.close)
+                    if ran and self.reuse:
+                        idle.append((stack, opened))
+                    else:
+                        remover.submit(stack.close)
                 done.put((item, outcome))
                 if following is None and not self.ahead:
                     following = self._take()
                     if following is not None:
-                        upcoming = opener.submit(self._open, envs, following)
+                        upcoming = opener.submit(self._open, envs, following, idle, remover)
                 item = following
         finally:
             if upcoming is not None:  # opened ahead for a batch that stopped
                 with contextlib.suppress(BaseException):
                     remover.submit(upcoming.result()[0].close)
             opener.shutdown(wait=True)
+            while idle:
+                remover.submit(idle.popleft()[0].close)
 
-    def _open(self, envs: Environments, item: Item) -> _Ready:
+    def _open(self, envs: Environments, item: Item, idle: deque[_Ready],
+              remover: _Remover) -> _Ready:
+        """`item`'s sandbox: a used one from `idle`, wiped and filled, when `refill` finds that
+        safe (the others are removed); else a fresh one."""
         if self._stop.is_set():
             raise _Stopped
         where = envs.engine_name()
         with self._taking:
             self.spread[where] = self.spread.get(where, 0) + 1
+        while idle:
+            stack, used = idle.popleft()
+            try:
+                opened = envs.refill(used, item.tree, item.at, self.phases)
+            except BaseException:
+                remover.submit(stack.close)
+                raise
+            if opened is not None:
+                return stack, opened
+            remover.submit(stack.close)
         stack = contextlib.ExitStack()
         with stack:
             opened = stack.enter_context(envs.sandbox(item.label, item.tree, item.at,
-                                                            self.phases))
+                                                      self.phases))
             return stack.pop_all(), opened

@@ -101,6 +101,17 @@ class DockerSandbox(HelperSandbox):
                                          COMMAND_MARGIN_S * 20, self._env,
                                          mode_args=["--snapshot"], uid=UID)
 
+    def wipe(self) -> list[str]:
+        """Make this used sandbox ready for another tree: the supervisor's `--wipe` as the
+        commands' uid (every process of it killed, what it may remove of the scratch file
+        systems removed), then the helper's `reset`. What is left that differs from the sandbox
+        as it started: none when it is as new."""
+        wiped = self._backend.run_command(self.container_id, "wipe the sandbox",
+                                          COMMAND_MARGIN_S * 4, self._env, mode_args=["--wipe"])
+        if not wiped.passed:
+            return [f"the wipe exited {wiped.exit_code}: {wiped.output.strip()[-200:]}"]
+        return self.reset()
+
     def _still_alive(self, command: str) -> None:
         """A command that could not run (126, 127: also what a failed exec reports) or was
         killed by a signal: was the whole sandbox killed (removed by `clean`, the engine

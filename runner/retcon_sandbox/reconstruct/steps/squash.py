@@ -143,8 +143,8 @@ def verify_new_trees(run: Run, planned: list[Planned]) -> dict[str, Outcome]:
         if failed is not None:
             run.report.emit("failure_output", number=entry.number, tail=outcome.tail)
 
-    pool = Pool(run.repo, run.envs, run.verifier,
-                run.options.jobs)
+    pool = Pool(run.repo, run.envs, run.verifier, run.options.jobs,
+                reuse=run.options.reuse)
     return pool.run([Item(p.tree, f"squash-{p.number}") for p in new], finished)
 
 

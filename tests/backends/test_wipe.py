@@ -1,0 +1,91 @@
+"""The pieces of a used sandbox's wipe that need no container: `clear` removes what its uid may,
+whatever the modes, never through a symlink; the helper's comparison of the sandbox with what it
+was at the start. The Docker tier wipes real sandboxes (tests/docker/test_verify_docker.py)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
+helper = importlib.import_module("retcon_sandbox.sandbox.helper")
+
+
+def test_clear_empties_a_tree_whatever_its_modes_but_not_the_top(tmp_path: Path) -> None:
+    top = tmp_path / "top"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "b" / "file").write_text("x")
+    (top / ".hidden").write_text("y")
+    (top / "a" / "b").chmod(0)
+    (top / "a").chmod(0o100)  # searchable only: its entries cannot be listed or removed
+    top.chmod(0o2775)
+    supervisor.clear(str(top))
+    assert top.is_dir() and not any(top.iterdir())
+    assert top.stat().st_mode & 0o7777 == 0o2775  # the top keeps its mode
+
+
+def test_clear_never_goes_through_a_symlink(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("mine")
+    top = tmp_path / "top"
+    top.mkdir()
+    (top / "link").symlink_to(outside)
+    (top / "dir").mkdir()
+    (top / "dir" / "link").symlink_to(outside / "kept")
+    supervisor.clear(str(top))
+    assert not any(top.iterdir())
+    assert (outside / "kept").read_text() == "mine"
+    supervisor.clear(str(top / "missing"))  # nothing to clear: no error
+
+
+def test_clear_stops_at_its_depth_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisor, "MAX_DEPTH", 3)
+    deep = tmp_path.joinpath("top", *"abcdef")
+    deep.mkdir(parents=True)
+    supervisor.clear(str(tmp_path / "top"))
+    assert (tmp_path / "top" / "a" / "b" / "c").is_dir()  # left: the check finds it
+
+
+def test_mount_points_are_unescaped_as_the_kernel_wrote_them() -> None:
+    assert supervisor._unescaped("/a\\040b\\011c\\134d") == "/a b\tc\\d"
+    assert supervisor._unescaped("/plain") == "/plain"
+    points = [point for point, _, _ in supervisor.mounts()]
+    assert "/" in points and "/proc" in points
+
+
+def test_differences_name_what_changed_and_what_cannot_be_counted() -> None:
+    before = {"/tmp": "0 blocks, 1 files, owner 0:0, mode 41777", "processes": "1 7"}
+    assert helper.differences(before, dict(before)) == []
+    now = {"/tmp": "8 blocks, 3 files, owner 0:0, mode 41777", "processes": "1 7 12",
+           "SysV IPC shm": "1 objects"}
+    left = helper.differences(before, now)
+    assert left == ["/tmp: 8 blocks, 3 files, owner 0:0, mode 41777 (was 0 blocks, 1 files, "
+                    "owner 0:0, mode 41777)", "processes: 1 7 12 (was 1 7)",
+                    "SysV IPC shm: 1 objects (new)"]
+    uncounted = {"/dev/shm": "0 blocks, uncounted files, owner 0:0, mode 41777"}
+    assert helper.differences(uncounted, dict(uncounted)) == [
+        "/dev/shm: no inode limit, so its files cannot be counted"]
+    assert helper.differences(before, {"processes": "1 7"}) == [
+        "/tmp: gone (was 0 blocks, 1 files, owner 0:0, mode 41777)"]
+
+
+def test_the_sandbox_state_sees_a_new_process_and_holds_counts_only() -> None:
+    before = helper.sandbox_state()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        now = helper.sandbox_state()
+    finally:
+        child.kill()
+        child.wait()
+    assert str(child.pid) in now["processes"].split()
+    assert str(child.pid) not in before["processes"].split()
+    shapes = re.compile(r"-?\d+ blocks, (\d+|uncounted) files, owner \d+:\d+, mode [0-7]+, "
+                        r"(\d+|no) attributes"
+                        r"|\d+ entries|-?\d+ objects|[\d ]*")
+    assert all(shapes.fullmatch(value) for value in now.values()), now
