@@ -156,7 +156,8 @@ def test_ctrl_c_during_verify_j_leaves_no_sandbox(engine: DockerEngine, tmp_path
 
 # Each tree's test first fails if anything an earlier tree left is there, then leaves all it
 # can: files in hidden directories (/tmp, /dev/shm, the workspace, .git), a POSIX message
-# queue, a detached process holding an unnamed file in /tmp, and, with "ipc", a SysV segment.
+# queue, a detached process holding an unnamed file in /tmp, and, with "ipc", a SysV segment;
+# with "shared", only files the helper's uid may remove.
 LEAVE_BEHIND = r'''
 import ctypes, os, subprocess, sys
 found = [os.path.join(d, n) for d in ("/tmp", "/dev/shm", "/dev/mqueue") for n in os.listdir(d)]
@@ -168,6 +169,10 @@ found += [".git/" + n for n in os.listdir(".git") if n.startswith("leftover")]
 found += os.listxattr("/workspace")
 if found:
     sys.exit(f"an earlier tree left: {found}")
+if "shared" in sys.argv:  # only what the helper's uid may remove: group-writable, in the workspace
+    os.makedirs("junk/deeper")
+    open("junk/deeper/file", "w").write("x" * 100000)
+    sys.exit(0)
 for top in ("/tmp/hidden/deep", "/dev/shm/hidden/deep", "junk/deeper"):
     os.makedirs(top)
     open(top + "/file", "w").write("x" * 100000)
@@ -216,7 +221,12 @@ def test_a_reused_sandbox_holds_nothing_of_the_trees_before_it(engine: DockerEng
     verified = [e for e in found if e["event"] == "commit_verified"]
     assert [e["tests"] for e in verified] == ["PASS"] * 5, [e["tail"] for e in verified]
     assert counts["create"] == 2 and counts["reused"] == 3
+    assert counts["wipe_exec"] == 3  # what it hid needs the commands' uid to remove
     assert not [e for e in found if e["event"] == "sandbox_not_reused"]
+
+    found, counts = _verified(path, 5, "python3 leave.py shared")
+    assert [e["tests"] for e in found if e["event"] == "commit_verified"] == ["PASS"] * 5
+    assert counts["reused"] == 3 and "wipe_exec" not in counts  # the helper removed it alone
     assert not ours(engine, tmp_path)
 
 

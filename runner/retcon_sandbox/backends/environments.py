@@ -132,9 +132,9 @@ class Phases:
     (waiting for `git_lock`), `git_tar` (the tree read from git under it), `load` (unpacked in
     the sandbox), `prepare` (the workspace's git metadata), `commands` (build and tests),
     `remove`; and `waited`: what a worker spent waiting for its next sandbox to be ready (the
-    sandbox overhead on the critical path). `counts` has each phase's number, and `reused`:
-    the wipes that left a sandbox as new (the others' sandboxes were removed, and fresh ones
-    opened)."""
+    sandbox overhead on the critical path). `counts` has each phase's number, `reused`: the
+    wipes that left a sandbox as new (the others' sandboxes were removed, and fresh ones
+    opened), and `wipe_exec`: the wipes that needed an exec as the commands' uid."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -392,8 +392,11 @@ class Environments:
             if self.image_for(tree, version) != used.environment:
                 return None
         with clock.timed("wipe"):
-            try:
-                left = box.wipe()
+            try:  # the helper alone is enough when the commands left nothing that only their
+                left = box.reset()  # uid may remove (each command's exec killed its processes)
+                if left:
+                    clock.count("wipe_exec")
+                    left = box.wipe()
             except (SandboxError, ToolFailure) as exc:  # removed, and another one opened
                 left = [f"the wipe failed: {exc}"]
         if left:
