@@ -156,10 +156,11 @@ def test_ctrl_c_during_verify_j_leaves_no_sandbox(engine: DockerEngine, tmp_path
 
 # Each tree's test first fails if anything an earlier tree left is there, then leaves all it
 # can: files in hidden directories (/tmp, /dev/shm, the workspace, .git), a POSIX message
-# queue, a detached process holding an unnamed file in /tmp, and, with "ipc", a SysV segment;
-# with "shared", only files the helper's uid may remove.
+# queue, a detached process holding an unnamed file in /tmp, a TCP port closed by the server's
+# side first, and, with "ipc", a SysV segment; with "shared", only files the helper's uid may
+# remove.
 LEAVE_BEHIND = r'''
-import ctypes, os, subprocess, sys
+import ctypes, os, socket, subprocess, sys
 found = [os.path.join(d, n) for d in ("/tmp", "/dev/shm", "/dev/mqueue") for n in os.listdir(d)]
 found += sorted(set(os.listdir(".")) - {".git", "leave.py", "n.txt"})
 found += [p for p in os.listdir("/proc") if p.isdigit()
@@ -167,6 +168,11 @@ found += [p for p in os.listdir("/proc") if p.isdigit()
 found += ["a SysV segment"] * (len(open("/proc/sysvipc/shm").read().splitlines()) - 1)
 found += [".git/" + n for n in os.listdir(".git") if n.startswith("leftover")]
 found += os.listxattr("/workspace")
+found += ["a socket"] * (len(open("/proc/net/tcp").read().splitlines()) - 1)
+try:  # as an honest server would (no SO_REUSEADDR)
+    socket.create_server(("127.0.0.1", 8000)).close()
+except OSError as exc:
+    found.append(f"port 8000: {exc}")
 if found:
     sys.exit(f"an earlier tree left: {found}")
 if "shared" in sys.argv:  # only what the helper's uid may remove: group-writable, in the workspace
@@ -178,6 +184,9 @@ for top in ("/tmp/hidden/deep", "/dev/shm/hidden/deep", "junk/deeper"):
     open(top + "/file", "w").write("x" * 100000)
     os.chmod(os.path.dirname(top), 0)
 open(".git/leftover", "w").write("x")
+server = socket.create_server(("127.0.0.1", 8000))  # closed by its side first: TIME_WAIT
+client = socket.create_connection(("127.0.0.1", 8000))
+server.accept()[0].close()
 os.setxattr("/workspace", "user.leftover", b"x" * 4000)  # on its root, which a wipe keeps
 libc = ctypes.CDLL(None, use_errno=True)
 mq_open = getattr(libc, "mq_open", None) or ctypes.CDLL("librt.so.1").mq_open

@@ -171,6 +171,9 @@ class DockerBackend:
             "nano_cpus": int(s.cpus * 1e9),
             "init": True,
             "ipc_mode": "private",
+            # a closed socket leaves no TIME_WAIT entry, which would keep its port bound for a
+            # minute with no process left (nor reach a later tree in a reused sandbox)
+            "sysctls": {"net.ipv4.tcp_max_tw_buckets": "0"},
             "environment": {"HOME": "/tmp"},  # --pass-env reaches each command's exec only
             "working_dir": "/workspace",
             "labels": {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path,
