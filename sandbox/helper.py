@@ -553,9 +553,10 @@ class Helper:
         return ExtractResponse(files=count)
 
     def op_reset(self, req: ResetRequest, payload: bytes) -> ResetResponse:
-        """After the supervisor's `--wipe` (no process of the commands' uid is left): remove what
-        this uid may of the scratch file systems (the tree it unpacked, what the commands wrote
-        in its directories), then compare the sandbox with what it was at the start."""
+        """Once a tree's commands are done (each one's exec killed what it started), and again
+        after the supervisor's `--wipe` when this finds something left: remove what this uid
+        may of the scratch file systems (the tree it unpacked, what the commands wrote in its
+        directories), then compare the sandbox with what it was at the start."""
         for point in scratch_mounts():
             clear(point)
             with contextlib.suppress(OSError):  # what the commands set on the workspace's root

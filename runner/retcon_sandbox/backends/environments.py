@@ -376,9 +376,10 @@ class Environments:
                phases: Phases | None = None) -> Opened | None:
         """`used`, a sandbox whose commands are done, holding `tree` instead (as `sandbox`
         would open it) when that is safe: a Docker sandbox of the same environment, which its
-        wipe leaves as it started (`DockerSandbox.wipe`: no process, file or IPC object of the
-        last tree's is left, so nothing of it can reach this tree's verdict). None when it is
-        not: remove it and open a fresh one."""
+        wipe leaves as it started (the helper's `reset`, after `DockerSandbox.wipe` when that
+        is needed: no process, file, socket or IPC object of the last tree's is left, so
+        nothing of it can reach this tree's verdict). None when it is not: remove it and open a
+        fresh one."""
         if self.docker is None:
             return None
         from retcon_sandbox.backends.docker.sandboxes import DockerSandbox

@@ -6,8 +6,9 @@ turn; each runs one tree's commands at a time. While it does, the sandbox of the
 next is already being made ready (`ahead`) on a thread of its own: the worker's last used
 sandbox, wiped (`reuse`), or a fresh one. A used sandbox takes another tree only when the tree
 needs the same environment and the wipe leaves it as it started (`Environments.refill`: no
-process, file or SysV IPC object of the last tree's is left, so nothing one tree's commands
-leave can reach another tree's verdict); otherwise it is removed, and a fresh container opened.
+process, file, socket or SysV IPC object of the last tree's is left, so nothing one tree's
+commands leave can reach another tree's verdict); otherwise it is removed, and a fresh container
+opened.
 So a worker alternates between two containers. Sandboxes are removed by other threads: the
 worker waits for no removal. git is used by one thread at a time (the tree's tar is read under
 a lock into a spool, and unpacked outside it; results are recorded by the calling thread). With
