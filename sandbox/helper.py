@@ -79,7 +79,11 @@ from retcon_sandbox.sandbox.supervisor import (  # replaced by that module's tex
 Response = Dict[str, Any]
 
 PR_SET_CHILD_SUBREAPER = 36
-SOCKETS = ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix")  # in /proc/net
+# The network namespace's tables (in /proc/net) of what may outlive a process: sockets, and IPv6
+# flow labels, which an unprivileged uid may make linger for minutes.
+NET_TABLES = ("tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6", "icmp",
+              "icmp6", "unix", "packet", "netlink", "ip6_flowlabel", "anycast6", "igmp", "igmp6",
+              "mcfilter", "mcfilter6")
 SETTLE_S = 0.5  # how long `reset` waits for the sockets of killed processes to close
 PAGE_LINES = 2000  # lines in one read_file answer at most
 PAGE_BYTES = 128 * 1024  # bytes in one read_file answer at most
@@ -457,8 +461,8 @@ def sandbox_state() -> dict[str, str]:
     """What the sandbox's uids can change that outlives their processes, and the processes
     themselves (but this one): each writable tmpfs's used blocks and files, and its root's owner,
     mode and extended attributes; the entries of each message-queue and pty file system; the
-    SysV IPC objects; the sockets of the network namespace. Counts only: the names are the
-    commands' own."""
+    SysV IPC objects; the sockets and flow labels of the network namespace. Counts only: the
+    names are the commands' own."""
     state: dict[str, str] = {}
     for point, kind, writable in mounts():
         with contextlib.suppress(OSError):
@@ -473,9 +477,9 @@ def sandbox_state() -> dict[str, str]:
     for kind in ("shm", "sem", "msg"):
         with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as handle:
             state[f"SysV IPC {kind}"] = f"{len(handle.read().splitlines()) - 1} objects"
-    for kind in SOCKETS:  # in TIME_WAIT a closed listener's port stays bound without a process
+    for kind in NET_TABLES:  # in TIME_WAIT a closed listener's port stays bound, processless
         with contextlib.suppress(OSError), open(f"/proc/net/{kind}") as handle:
-            state[f"{kind} sockets"] = f"{len(handle.read().splitlines()) - 1} sockets"
+            state[f"/proc/net/{kind}"] = f"{len(handle.read().splitlines())} lines"
     me = str(os.getpid())
     state["processes"] = " ".join(sorted(n for n in os.listdir("/proc")
                                          if n.isdigit() and n != me))
@@ -565,7 +569,7 @@ class Helper:
                         os.removexattr(point, name, follow_symlinks=False)
         left = differences(self.started, sandbox_state())
         deadline = time.monotonic() + SETTLE_S
-        while left and all(" sockets: " in item for item in left) \
+        while left and all(item.startswith("/proc/net/") for item in left) \
                 and time.monotonic() < deadline:  # closing: give the kernel a moment
             time.sleep(0.02)
             left = differences(self.started, sandbox_state())

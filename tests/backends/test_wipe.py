@@ -86,6 +86,6 @@ def test_the_sandbox_state_sees_a_new_process_and_holds_counts_only() -> None:
     assert str(child.pid) in now["processes"].split()
     assert str(child.pid) not in before["processes"].split()
     shapes = re.compile(r"-?\d+ blocks, (\d+|uncounted) files, owner \d+:\d+, mode [0-7]+, "
-                        r"(\d+|no) attributes|\d+ sockets"
+                        r"(\d+|no) attributes|\d+ lines"
                         r"|\d+ entries|-?\d+ objects|[\d ]*")
     assert all(shapes.fullmatch(value) for value in now.values()), now

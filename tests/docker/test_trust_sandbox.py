@@ -15,7 +15,7 @@ import pytest
 
 from retcon_sandbox.backends.api import HelperSandbox
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+from retcon_sandbox.backends.docker.sandboxes import SYSCTLS, DockerBackend
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import CLI, NEUTRAL, Result
 from tests.docker.conftest import build_test_image
@@ -150,6 +150,23 @@ def test_read_file_pages_a_huge_file(backend: DockerBackend) -> None:
         assert len(page.text) <= 130 * 1024
         later = box.read_file("big.txt", page.end + 1, 5)
         assert later.text.split("\t")[1].startswith(str(page.end + 1))
+
+
+def test_sandboxes_keep_no_tcp_state_and_start_where_the_sysctls_cannot_be_set(
+        backend: DockerBackend) -> None:
+    """A port whose server closed first is free at once (no TIME_WAIT). An engine that cannot
+    set the sysctls (here: one that does not exist) gets its sandboxes without them."""
+    close_first = ("import socket; s = socket.create_server(('127.0.0.1', 8000)); "
+                   "c = socket.create_connection(('127.0.0.1', 8000)); s.accept()[0].close(); "
+                   "s.close(); c.close(); print(len(open('/proc/net/tcp').read().splitlines()))")
+    with backend.open("t") as box:
+        result = box.run(f'python3 -c "{close_first}"', 30)
+        assert result.passed and result.output.split() == ["1"], result.output  # a header only
+    assert backend.sysctls == SYSCTLS
+    backend.sysctls = {"net.ipv4.retcon_no_such_setting": "1"}
+    with backend.open("t") as box:
+        assert box.run("cat /proc/sys/net/ipv4/tcp_max_tw_buckets", 10).passed
+    assert backend.sysctls == {}  # and so for the sandboxes after it
 
 
 def test_image_volumes_and_entrypoints_are_neutralised(engine: DockerEngine,

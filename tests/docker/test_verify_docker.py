@@ -166,6 +166,7 @@ found += sorted(set(os.listdir(".")) - {".git", "leave.py", "n.txt"})
 found += [p for p in os.listdir("/proc") if p.isdigit()
           and b"retcon-leftover" in open(f"/proc/{p}/cmdline", "rb").read()]
 found += ["a SysV segment"] * (len(open("/proc/sysvipc/shm").read().splitlines()) - 1)
+found += ["a flow label"] * (len(open("/proc/net/ip6_flowlabel").read().splitlines()) - 1)
 found += [".git/" + n for n in os.listdir(".git") if n.startswith("leftover")]
 found += os.listxattr("/workspace")
 found += ["a socket"] * (len(open("/proc/net/tcp").read().splitlines()) - 1)
@@ -193,6 +194,11 @@ mq_open = getattr(libc, "mq_open", None) or ctypes.CDLL("librt.so.1").mq_open
 assert mq_open(b"/leftover", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
 if "ipc" in sys.argv:
     assert libc.shmget(0, 4096, 0o1000 | 0o600) >= 0
+if "flowlabel" in sys.argv:  # an IPv6 flow label that lingers 150 s after its socket
+    labels = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    labels.setsockopt(socket.IPPROTO_IPV6, 32, socket.inet_pton(socket.AF_INET6, "::1")
+                      + (1).to_bytes(4, "big") + bytes([0, 1]) + (3).to_bytes(2, "little")
+                      + (150).to_bytes(2, "little") * 2 + bytes(4))
 subprocess.Popen([sys.executable, "-c", "import os, time; fd = os.open('/tmp', os.O_TMPFILE | "
                   "os.O_RDWR); os.write(fd, b'x' * 100000); time.sleep(1000)", "retcon-leftover"],
                  start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -239,19 +245,24 @@ def test_a_reused_sandbox_holds_nothing_of_the_trees_before_it(engine: DockerEng
     assert not ours(engine, tmp_path)
 
 
-def test_a_sandbox_that_is_not_as_new_is_replaced(engine: DockerEngine, tmp_path: Path) -> None:
-    """A SysV IPC object outlives its processes and the wipe does not remove it: that sandbox
-    is removed and a fresh one opened, so the next tree does not see it either. --no-reuse
-    opens a fresh one for every tree."""
+@pytest.mark.parametrize(("leave", "left"), [
+    ("ipc", "SysV IPC shm: 1 objects (was 0 objects)"),
+    ("flowlabel", "/proc/net/ip6_flowlabel: 2 lines (was 1 lines)")])
+def test_a_sandbox_that_is_not_as_new_is_replaced(engine: DockerEngine, tmp_path: Path,
+                                                  leave: str, left: str) -> None:
+    """A SysV IPC object, or an IPv6 flow label, outlives its processes and the wipe does not
+    remove it: that sandbox is removed and a fresh one opened, so the next tree does not see it
+    either. --no-reuse opens a fresh one for every tree."""
     path = _leaving_project(tmp_path / "repo", 4)
-    found, counts = _verified(path, 4, "python3 leave.py ipc")
+    found, counts = _verified(path, 4, f"python3 leave.py {leave}")
     verified = [e for e in found if e["event"] == "commit_verified"]
     assert [e["tests"] for e in verified] == ["PASS"] * 4, [e["tail"] for e in verified]
     assert counts["create"] == 4 and "reused" not in counts
     refused = [e for e in found if e["event"] == "sandbox_not_reused"]
     assert len(refused) == 2  # trees 3 and 4: trees 1 and 2 ran in fresh containers anyway
-    assert all(e["left"] == ["SysV IPC shm: 1 objects (was 0 objects)"] for e in refused)
-
+    assert all(e["left"] == [left] for e in refused), refused
+    if leave != "ipc":
+        return
     found, counts = _verified(path, 4, "python3 leave.py", "--no-reuse")
     assert counts["create"] == 4 and counts["wipe"] == 0 and "reused" not in counts
     assert not ours(engine, tmp_path)

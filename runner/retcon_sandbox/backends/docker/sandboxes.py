@@ -64,6 +64,10 @@ CACHE_VARIABLES = {"PIP_CACHE_DIR": f"{CACHE_PATH}/pip", "UV_CACHE_DIR": f"{CACH
 # Setup's embedded DNS forwards to an address that leads nowhere: names are resolved by the
 # egress proxy alone (older engines forwarded internal networks' queries, CVE-2024-29018).
 NO_DNS = "192.0.2.1"
+# In the container's own network namespace: a closed socket leaves no TIME_WAIT entry (which
+# keeps its port bound for a minute with no process left) and no cached metrics, so nothing of
+# one tree's connections reaches a later tree in a reused sandbox.
+SYSCTLS = {"net.ipv4.tcp_max_tw_buckets": "0", "net.ipv4.tcp_no_metrics_save": "1"}
 
 
 class DockerSandbox(HelperSandbox):
@@ -142,6 +146,7 @@ class DockerBackend:
         self._volumes: list[str] | None = None
         self.owner = liveness.labels_of(liveness.this_process())  # for `clean`
         self.proxy_log: Callable[[], str] = lambda: ""  # the last setup's egress decisions
+        self.sysctls = dict(SYSCTLS)  # emptied when the engine cannot set them (`_started`)
 
     def describe(self) -> str:
         s = self.settings
@@ -171,9 +176,7 @@ class DockerBackend:
             "nano_cpus": int(s.cpus * 1e9),
             "init": True,
             "ipc_mode": "private",
-            # a closed socket leaves no TIME_WAIT entry, which would keep its port bound for a
-            # minute with no process left (nor reach a later tree in a reused sandbox)
-            "sysctls": {"net.ipv4.tcp_max_tw_buckets": "0"},
+            "sysctls": dict(self.sysctls),
             "environment": {"HOME": "/tmp"},  # --pass-env reaches each command's exec only
             "working_dir": "/workspace",
             "labels": {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path,
@@ -273,7 +276,7 @@ class DockerBackend:
             raise ImageError("the package cache's containers run from retcon-sandbox/base, which "
                              "was not made ready", "Give --no-package-cache, or report this.")
         kwargs = {**self.create_kwargs("cache", self.proxy_image),
-                  "user": "0:0", "cap_add": [capability],
+                  "user": "0:0", "cap_add": [capability], "sysctls": {},
                   "volumes": {name: {"bind": CACHE_PATH, "mode": mode}}}
         kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
                                                                            "/workspace")}
@@ -311,15 +314,9 @@ class DockerBackend:
                  ca_bundle: bytes | None = None, network_allowed: bool = False
                  ) -> Iterator[DockerSandbox]:
         image = str(kwargs["image"])
-        try:
-            container_id = self.engine.create_container(kwargs)
-        except EngineError as exc:
-            raise SandboxError(f"cannot create a sandbox container: {exc}") from None
+        container_id = self._started(kwargs, ca_bundle)
         box: DockerSandbox | None = None
         try:
-            if ca_bundle is not None:
-                self.engine.put_archive(container_id, "/", _ca_tar(ca_bundle))
-            self.engine.start_container(container_id)
             box = self._start_helper(container_id, image, env, network_allowed)
             yield box
         except EngineError as exc:
@@ -328,6 +325,29 @@ class DockerBackend:
             if box is not None:
                 box.close()
             self.engine.discard_container(container_id)
+
+    def _started(self, kwargs: dict[str, Any], ca_bundle: bytes | None) -> str:
+        """A container created (with the CA bundle, when given) and started: its id. An engine
+        that cannot set SYSCTLS (a kernel where they are not per network namespace, a runtime
+        such as gVisor) gets it again without them, and so do later sandboxes: a reused
+        sandbox's check counts the sockets anyway, so one that kept some is not reused."""
+        container_id = None
+        try:
+            container_id = self.engine.create_container(kwargs)
+            if ca_bundle is not None:
+                self.engine.put_archive(container_id, "/", _ca_tar(ca_bundle))
+            self.engine.start_container(container_id)
+            return container_id
+        except EngineError as exc:
+            if container_id is not None:
+                self.engine.discard_container(container_id)
+            said = str(exc).lower()  # runc: "open /proc/sys/net/...: no such file"
+            if kwargs.get("sysctls") and ("sysctl" in said or "/proc/sys/" in said):
+                self.sysctls = {}
+                return self._started({**kwargs, "sysctls": {}}, ca_bundle)
+            what = "cannot create a sandbox container" if container_id is None else \
+                "the sandbox container failed"
+            raise SandboxError(f"{what}: {exc}") from None
 
     @contextlib.contextmanager
     def _egress(self, registries: tuple[str, ...]) -> Iterator[tuple[str, str]]:
