@@ -105,8 +105,9 @@ class ExportRequest:
 
 @dataclass(frozen=True)
 class ResetRequest:
-    """After the supervisor's `--wipe`: remove what the helper's uid left in the scratch file
-    systems, and say how the sandbox differs from what it was when the helper started."""
+    """Once a tree's commands are done (and again after the supervisor's `--wipe`): remove what
+    the helper's uid may of the scratch file systems, and say how the sandbox differs from what
+    it was when the helper started."""
 
     OP = "reset"
 
