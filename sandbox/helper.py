@@ -560,7 +560,11 @@ class Helper:
         """Once a tree's commands are done (each one's exec killed what it started), and again
         after the supervisor's `--wipe` when this finds something left: remove what this uid
         may of the scratch file systems (the tree it unpacked, what the commands wrote in its
-        directories), then compare the sandbox with what it was at the start."""
+        directories), then compare the sandbox with what it was at the start. Refused outside
+        an isolated sandbox (the local backend's helper runs on the host)."""
+        if not self.checks:
+            raise ToolError("reset is for the Docker sandbox only: it empties every writable "
+                            "tmpfs it sees")
         for point in scratch_mounts():
             clear(point)
             with contextlib.suppress(OSError):  # what the commands set on the workspace's root

@@ -5,12 +5,16 @@ was at the start. The Docker tier wipes real sandboxes (tests/docker/test_verify
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from retcon_sandbox.backends.api import ToolFailure
+from retcon_sandbox.backends.local import LocalBackend
 
 supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
 helper = importlib.import_module("retcon_sandbox.sandbox.helper")
@@ -89,3 +93,16 @@ def test_the_sandbox_state_sees_a_new_process_and_holds_counts_only() -> None:
                         r"(\d+|no) attributes|\d+ lines"
                         r"|\d+ entries|-?\d+ objects|[\d ]*")
     assert all(shapes.fullmatch(value) for value in now.values()), now
+
+
+def test_a_helper_outside_a_sandbox_refuses_to_reset(tmp_path: Path) -> None:
+    """The local backend's helper runs on the host: a reset there would empty the host's
+    writable tmpfs mounts (/dev/shm, ...). It is refused, and nothing is touched."""
+    kept = Path("/dev/shm") / f"retcon-test-{os.getpid()}"
+    kept.write_text("mine")
+    try:
+        with LocalBackend().open("t") as box, pytest.raises(ToolFailure, match="Docker sandbox"):
+            box.reset()
+        assert kept.read_text() == "mine"
+    finally:
+        kept.unlink()
