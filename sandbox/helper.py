@@ -514,7 +514,8 @@ class Helper:
         self.checks = checks
         self.checks_network = checks_network
         self.then: Callable[[IO[bytes]], None] | None = None  # streams after the answer
-        self.started = sandbox_state()  # before any command of the sandbox ran
+        # before any command of the sandbox ran; outside one (`checks` off) `reset` is refused
+        self.started = sandbox_state() if checks else {}
 
     def op_hello(self, req: HelloRequest, payload: bytes) -> HelloResponse:
         problems = isolation_problems(self.checks_network) if self.checks else []

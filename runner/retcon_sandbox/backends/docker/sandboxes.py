@@ -271,18 +271,17 @@ class DockerBackend:
     def _on_cache(self, name: str, capability: str, mode: str) -> Iterator[str]:
         """A started container of our own base image with the volume `name` at CACHE_PATH
         (`mode` rw or ro), as root with the one `capability` and no network, running nothing
-        but the execs it is given: its id. Removed at the end (EngineError when it fails)."""
+        but the execs it is given: its id. Removed at the end (SandboxError when it fails)."""
         if self.proxy_image is None:
             raise ImageError("the package cache's containers run from retcon-sandbox/base, which "
                              "was not made ready", "Give --no-package-cache, or report this.")
         kwargs = {**self.create_kwargs("cache", self.proxy_image),
-                  "user": "0:0", "cap_add": [capability], "sysctls": {},
+                  "user": "0:0", "cap_add": [capability],
                   "volumes": {name: {"bind": CACHE_PATH, "mode": mode}}}
         kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
                                                                            "/workspace")}
-        container_id = self.engine.create_container(kwargs)
+        container_id = self._started(kwargs, None)
         try:
-            self.engine.start_container(container_id)
             yield container_id
         finally:
             self.engine.discard_container(container_id)
