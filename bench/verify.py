@@ -10,12 +10,16 @@ Prints, each through the real command line (Python start-up included):
   generated project of real size: COMMITS commits of a Python package whose test suite grows to
   a second or two, and `verify` again with every result cached.
 - scaling: `verify -j 1` against `-j 2` on a CPU-bound suite (CPU_COMMITS commits whose test
-  burns BURN seconds of CPU in python), with the look-ahead (the next sandbox made ready while
-  a tree's commands run, removal off the critical path) and a worker's used containers wiped
-  and reused (the default), with the look-ahead and a fresh container per tree (--no-reuse),
-  and with neither (RETCON_SANDBOX_VERIFY_AHEAD=0 --no-reuse, what 0.3.0 did), each with the
-  per-phase breakdown that `verify --json` reports (`verify_phases`: seconds summed over
-  threads) and the machine's load.
+  burns BURN seconds of CPU in python), with neither look-ahead nor reuse
+  (RETCON_SANDBOX_VERIFY_AHEAD=0 --no-reuse, what 0.3.0 did); with the look-ahead (the next
+  sandbox made ready while a tree's commands run, removal off the critical path) and a fresh
+  container per tree (--no-reuse); with the look-ahead and a worker's used containers wiped and
+  reused; these three with each tree's git metadata made in an exec of its own
+  (RETCON_SANDBOX_VERIFY_PREPARE=exec); and as `verify` does by default: reused, and the git
+  metadata made in the first command's exec when the workers take every core (-j 2 here), in
+  its own exec ahead of time when a core is left (-j 1). Each with the per-phase breakdown that
+  `verify --json` reports (`verify_phases`: seconds summed over threads) and the machine's
+  load.
 Nothing is asserted: these are figures to read.
 """
 
@@ -140,10 +144,13 @@ def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
     print(f"\nverify -j 1 vs -j 2 on a CPU-bound suite ({commits} commits, each test burns "
           f"{burn:g} s of CPU; {os.cpu_count()} cores; {load()} before):")
     rows: list[tuple[str, float, dict[str, Any]]] = []
+    own_exec = {"RETCON_SANDBOX_VERIFY_PREPARE": "exec"}
     variants: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
-        ("no look-ahead (as 0.3.0)", {"RETCON_SANDBOX_VERIFY_AHEAD": "0"}, ("--no-reuse",)),
-        ("look-ahead, fresh containers", {}, ("--no-reuse",)),
-        ("look-ahead, reused containers", {}, ())]
+        ("no look-ahead (as 0.3.0)", {"RETCON_SANDBOX_VERIFY_AHEAD": "0", **own_exec},
+         ("--no-reuse",)),
+        ("look-ahead, fresh containers", own_exec, ("--no-reuse",)),
+        ("look-ahead, reused containers", own_exec, ()),
+        ("reused, git metadata with the command", {}, ())]
     if engines:
         print(f"  (engines: {' + '.join(engines)})")
         variants.append((f"look-ahead, {len(engines)} engines", {},
@@ -163,10 +170,10 @@ def scaling(work: Path, commits: int, burn: float, box: tuple[str, ...],
           "sandbox, the overhead on the critical path):")
     print("  `cpu/cmd`: the CPU a test got while it ran (its CPU seconds over its wall seconds: "
           "1.00 is a whole core); `idle`: the machine's idle share meanwhile (0 %: saturated)")
-    print("  " + " " * 38 + "".join(f"{n:>12}" for n in (*PHASE_NAMES, "cpu/cmd", "idle")))
+    print("  " + " " * 46 + "".join(f"{n:>12}" for n in (*PHASE_NAMES, "cpu/cmd", "idle")))
     for name, _, phases in rows:
         share = commits * burn / max(phases["seconds"]["commands"], 1e-9)
-        print(f"  {name:<38}" + "".join(f"{phases['seconds'].get(n, 0.0):12.2f}"
+        print(f"  {name:<46}" + "".join(f"{phases['seconds'].get(n, 0.0):12.2f}"
                                         for n in PHASE_NAMES)
               + f"{share:12.2f}{phases['idle']:11.0%} ")
     floors(rows, commits * burn)
@@ -180,11 +187,11 @@ def floors(rows: list[tuple[str, float, dict[str, Any]]], tests: float) -> None:
     print(f"\n  CPU against wall time (`busy`: every process's CPU meanwhile, from /proc/stat; "
           f"`tests`: the {tests:.0f} s the tests burn; `floor`: busy / {cores} cores, the least "
           "wall time that CPU allows; `over`: wall - floor, the time not CPU-bound):")
-    print("  " + " " * 38 + "".join(f"{n:>10}" for n in ("wall", "busy", "tests", "other",
+    print("  " + " " * 46 + "".join(f"{n:>10}" for n in ("wall", "busy", "tests", "other",
                                                         "floor", "over")))
     for name, seconds, phases in rows:
         busy = phases["busy"]
-        print(f"  {name:<38}" + "".join(f"{v:10.2f}" for v in (
+        print(f"  {name:<46}" + "".join(f"{v:10.2f}" for v in (
             seconds, busy, tests, busy - tests, busy / cores, seconds - busy / cores)))
 
 

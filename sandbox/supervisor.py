@@ -6,7 +6,8 @@ with RETCON_SANDBOX_SUPERVISE=1 (it kills every process of its uid: never on a h
 
 - `--run TIMEOUT COMMAND`: one build or test command, under the commands' uid (`supervise`);
 - `--prepare [--git] [--tag TAG [--distance N]]`: the workspace's git metadata and what a setup
-  left, under the commands' uid, which then owns them (`prepare`);
+  left, under the commands' uid, which then owns them (`prepare`); followed by `--run TIMEOUT
+  COMMAND`, the same in the command's exec, just before it (one exec less per tree);
 - `--snapshot`: after a setup, keep what it made in the workspace, under the helper's uid
   (`snapshot`);
 - `--wipe`: before a used sandbox takes another tree, under the commands' uid: end every
@@ -147,13 +148,18 @@ def wait(pid: int, timeout: float | None = None) -> int | None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def supervise(cmd: str, timeout: float, workspace: str) -> int:
+def supervise(cmd: str, timeout: float, workspace: str,
+              prepared: tuple[bool, str | None, int] | None = None) -> int:
     """`--run`: run one command for the host, in its own `docker exec` under the commands' uid.
     Its output goes straight to this exec's stdout (the host reads and caps it); the exit code
     is the command's, or 124 on timeout. Afterwards every process of this uid but this one is
     killed (kill(-1)), so nothing a command started outlives it, however it detached or traced
-    itself. Non-dumpable, so the command cannot trace this process or reach its pipes."""
+    itself. Non-dumpable, so the command cannot trace this process or reach its pipes.
+    `prepared`: `prepare` first; when that fails, the output says so first, and the command
+    runs all the same (as it does after a `--prepare` exec that failed)."""
     harden()
+    if prepared is not None:
+        prepare_first(workspace, prepared)
     env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
            **os.environ}
     try:
@@ -326,6 +332,21 @@ def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> in
     return 0
 
 
+def prepare_first(workspace: str, prepared: tuple[bool, str | None, int]) -> None:
+    """`prepare` in a command's exec, before it: when that fails, the command's output says so
+    first (the command runs all the same, as after a `--prepare` exec that failed)."""
+    try:
+        failed = prepare(workspace, *prepared)
+    except OSError as exc:
+        sys.stdout.write(f"{exc}\n")
+        failed = 1
+    if failed:
+        sys.stdout.write(f"retcon-sandbox: the workspace could not be made a git repository "
+                         f"(exit {failed}); set [sandbox] git_metadata = false if the project "
+                         "needs none\n")
+    sys.stdout.flush()
+
+
 # --- wiping a used sandbox ------------------------------------------------------------------
 
 
@@ -433,20 +454,35 @@ def supervised(args: list[str], workspace: str = "/workspace") -> None:
         sys.exit("the supervised modes are for the Docker sandbox only")
     mode = args.pop(0) if args else ""
     sys.stdout.flush()
+    prepared = prepare_options(args) if mode == "--prepare" else None
+    if prepared is not None and args[:1] == ["--run"]:
+        mode = args.pop(0)
     if mode == "--run":
         timeout = float(args.pop(0))
-        sys.exit(supervise(args.pop(0), timeout, workspace))
+        sys.exit(supervise(args.pop(0), timeout, workspace, prepared))
     os.umask(0o002)
     if mode == "--snapshot":
         sys.exit(snapshot(workspace))
     if mode == "--wipe":
         sys.exit(wipe())
-    if mode != "--prepare":
+    if prepared is None or args:
         sys.exit(f"unknown mode {mode!r}: --run, --prepare, --snapshot or --wipe")
-    git = "--git" in args
-    tag = args[args.index("--tag") + 1] if "--tag" in args else None
-    distance = int(args[args.index("--distance") + 1]) if "--distance" in args else 0
-    sys.exit(prepare(workspace, git, tag, distance))
+    sys.exit(prepare(workspace, *prepared))
+
+
+def prepare_options(args: list[str]) -> tuple[bool, str | None, int]:
+    """`--prepare`'s options (`--git`, `--tag TAG`, `--distance N`, in this order), taken from
+    the front of `args`, so that a tag's name is never read as an option."""
+    git, tag, distance = False, None, 0
+    if args[:1] == ["--git"]:
+        git = bool(args.pop(0))
+    if args[:1] == ["--tag"] and len(args) > 1:
+        tag = args[1]
+        del args[:2]
+    if args[:1] == ["--distance"] and len(args) > 1:
+        distance = int(args[1])
+        del args[:2]
+    return git, tag, distance
 
 
 if __name__ == "__main__":

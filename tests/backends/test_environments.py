@@ -369,3 +369,18 @@ def test_a_warmed_sandbox_holds_its_tree_and_goes_when_closed(tmp_path: Path) ->
     warming.close()  # once is enough, twice is harmless
     with pytest.raises((RetconError, ValueError)):  # the local helper's pipes are closed
         opened.box.read_file("app.py")
+
+
+@pytest.mark.parametrize(("args", "expected", "left"), [
+    (["--git", "--tag", "v1", "--distance", "3", "--run", "60", "make"], (True, "v1", 3),
+     ["--run", "60", "make"]),
+    (["--tag", "--run", "--run", "60", "make"], (False, "--run", 0), ["--run", "60", "make"]),
+    (["--git", "--tag", "--git"], (True, "--git", 0), []),
+    ([], (False, None, 0), [])])
+def test_the_supervisor_reads_prepare_options_in_order_and_a_tag_as_a_name(
+        args: list[str], expected: tuple[bool, str | None, int], left: list[str]) -> None:
+    """A tag is the repository's name, whatever it is: never read as an option or as the
+    command that follows (`--prepare ... --run TIMEOUT COMMAND`, one exec)."""
+    supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
+    assert supervisor.prepare_options(args) == expected
+    assert args == left

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import signal
 import subprocess
@@ -14,7 +16,7 @@ import pytest
 
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from tests.conftest import CLI, cli, make_demo
+from tests.conftest import CLI, cli, git, make_demo
 from tests.docker.conftest import ours
 
 DOCKER = ("--non-interactive",)
@@ -265,3 +267,54 @@ def test_a_sandbox_that_is_not_as_new_is_replaced(engine: DockerEngine, tmp_path
     if leave == "ipc":
         found, counts = _verified(path, 4, "python3 leave.py", "--no-reuse")
         assert counts["create"] == 4 and counts["wipe"] == 0 and "reused" not in counts
+
+
+
+SHOW_GIT = ("git describe --tags --long; test -z \"$(git status --porcelain)\" && echo clean; "
+            "stat -c %u .git; umask; cat n.txt; exit 1")
+
+
+@pytest.mark.parametrize("where", ["command", "exec"])
+def test_the_git_metadata_is_the_same_made_in_the_first_commands_exec(
+        engine: DockerEngine, tmp_path: Path, where: str) -> None:
+    """Whether the git metadata is made in an exec of its own or in the tree's first command's
+    (RETCON_SANDBOX_VERIFY_PREPARE; by default the latter when the workers take every core),
+    each tree's command sees the same repository: its tag's distance, a clean status, owned by
+    the commands' uid; with the same umask. When it cannot be made (no room left for git's
+    objects), the command runs all the same, and its output says why first (or a warning)."""
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    path = tmp_path / "repo"
+    repo = Repo.init(path, "main")
+    repo.commit_files("main", {"n.txt": "0\n"}, "base")
+    git(path, "tag", "v2.0")
+    for k in (1, 2, 3):
+        repo.commit_files("main", {"n.txt": f"{k}\n"}, f"tree {k}")
+    env = {"RETCON_SANDBOX_VERIFY_PREPARE": where}
+    result = cli("verify", "main~3..main", "--test", SHOW_GIT, "-j", "2", "--no-cache",
+                 "--json", cwd=path, env=env)
+    assert result.code == 3, result.out + result.err
+    found = events(result.out)
+    assert next(e for e in found if e["event"] == "verify_phases")["prepare"] == where
+    tails = sorted(str(e["tail"]) for e in found if e["event"] == "commit_verified")
+    for k, tail in zip((1, 2, 3), tails, strict=True):
+        described, *rest = tail.split()
+        assert described.startswith(f"v2.0-{k}-g"), tails
+        assert rest == ["clean", "10002", "0002", str(k)], tails
+    assert not ours(engine, tmp_path)
+
+    # no room for git's objects: the tree's 12 MB file (9 MB compressed) in a 16 MB workspace
+    repo.commit_files("main", {"big.txt": base64.b64encode(os.urandom(9 << 20)).decode()},
+                      "big")
+    full = cli("verify", "main~1..main", "--test", "echo ran; exit 1", "--workspace-size", "16m",
+               "-j", "2", "--no-cache", "--json", cwd=path, env=env)
+    assert full.code == 3, full.out + full.err
+    found = events(full.out)
+    tail = str(next(e for e in found if e["event"] == "commit_verified")["tail"])
+    said = "the workspace could not be made a git repository"
+    assert tail.endswith("ran\n") or tail.rstrip().endswith("ran"), tail
+    if where == "command":
+        assert f"retcon-sandbox: {said} (exit " in tail, tail
+    else:
+        assert any(e["event"] == "warning" and said in str(e["message"]) for e in found), found
+    assert not ours(engine, tmp_path)

@@ -342,13 +342,16 @@ class Environments:
     @contextlib.contextmanager
     def sandbox(self, label: str, tree: str, at: Place | None = None,
                 phases: Phases | None = None, tar: TarStream | None = None,
-                prepare: bool = True) -> Iterator[Opened]:
+                prepare: bool = True, with_first_command: bool = False) -> Iterator[Opened]:
         """A fresh sandbox holding `tree`, from the environment prepared for it, with the git
         metadata when on (versioned as the tree's place `at` says, see `version`). `phases`
         adds up the seconds each step takes (the bench reads them). Only the tree's tar is made
         under `git_lock` (into a spool): the sandbox unpacks it outside the lock, while another
         thread reads git. `tar`: the tree, already read from git (see `warm`). Without
-        `prepare`, an environment that is not there is an error, not a setup run here."""
+        `prepare`, an environment that is not there is an error, not a setup run here.
+        `with_first_command`: the git metadata (and what a setup left) are made in the exec of
+        the sandbox's first command, not in one of their own (nothing reads its files before:
+        `verify`)."""
         clock = phases if phases is not None else Phases()
         version = self.version(at)
         with clock.timed("environment"):
@@ -369,17 +372,18 @@ class Environments:
         with clock.closing("remove", opening_docker):
             files = self._load(dbox, tree, tar, clock)
             with clock.timed("prepare"):
-                self._prepare_workspace(dbox, version)
+                self._prepare_workspace(dbox, version, with_first_command)
             yield Opened(dbox, files, image)
 
     def refill(self, used: Opened, tree: str, at: Place | None = None,
-               phases: Phases | None = None) -> Opened | None:
+               phases: Phases | None = None, with_first_command: bool = False
+               ) -> Opened | None:
         """`used`, a sandbox whose commands are done, holding `tree` instead (as `sandbox`
         would open it) when that is safe: a Docker sandbox of the same environment, which its
         wipe leaves as it started (the helper's `reset`, after `DockerSandbox.wipe` when that
         is needed: no process, file, socket or IPC object of the last tree's is left, so
         nothing of it can reach this tree's verdict). None when it is not: remove it and open a
-        fresh one."""
+        fresh one. `with_first_command`: as for `sandbox`."""
         if self.docker is None:
             return None
         from retcon_sandbox.backends.docker.sandboxes import DockerSandbox
@@ -406,7 +410,7 @@ class Environments:
         clock.count("reused")
         files = self._load(box, tree, None, clock)
         with clock.timed("prepare"):
-            self._prepare_workspace(box, version)
+            self._prepare_workspace(box, version, with_first_command)
         return Opened(box, files, used.environment)
 
     def _load(self, box: Sandbox, tree: str, tar: TarStream | None, clock: Phases) -> int:
@@ -493,11 +497,15 @@ class Environments:
             if unused and engine.remove_volume(name):  # else in use by another run: next time
                 self.report.emit("setup_cache_pruned", volume=name)
 
-    def _prepare_workspace(self, box: DockerSandbox, version: Version) -> None:
+    def _prepare_workspace(self, box: DockerSandbox, version: Version,
+                           with_first_command: bool = False) -> None:
         tag, distance = version
         if self.settings.git_metadata and tag and not self._versioned:
             self._versioned = True
             self.report.emit("git_metadata", tag=tag, distance=distance)
+        if with_first_command:
+            box.prepare_with_next_command(self.settings.git_metadata, tag, distance)
+            return
         result = box.prepare_workspace(self.settings.git_metadata, tag, distance)
         if not result.passed and not self._warned:
             self._warned = True

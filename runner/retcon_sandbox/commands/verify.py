@@ -164,6 +164,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0)) for row in plan.rows]
     pool.run(items, on_done, on_start, display.tick)
     reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, reuse=pool.reuse,
+                  prepare="command" if pool.prepare_with_command else "exec",
                   engines=pool.spread,
                   seconds=pool.phases.summary(), counts=pool.phases.counts)
     if verifier.cache is not None and verifier.cache.problem:

@@ -16,8 +16,13 @@ several engines (`--engine` given more than once), worker k uses engine k mod E.
 fails (a configuration error, Ctrl-C), no new sandbox starts, the running ones are removed
 (`Backend.reap` on every engine), and the error goes on.
 
+The git metadata is made in its own exec while the tree before runs, when a core is left for
+it; when the workers take every core (or nothing is made ready ahead), in the exec of the
+tree's first command instead, which saves an exec's CPU per tree (`prepare_with_command`).
+
 `phases` adds up where the time goes (see `Environments.Phases`); RETCON_SANDBOX_VERIFY_AHEAD=0
-turns the look-ahead off, and `verify --no-reuse` the reuse (the bench compares them).
+turns the look-ahead off, RETCON_SANDBOX_VERIFY_PREPARE=exec or =command chooses where the git
+metadata is made, and `verify --no-reuse` turns the reuse off (the bench compares them).
 """
 
 from __future__ import annotations
@@ -73,6 +78,16 @@ def ahead_default() -> bool:
     return os.environ.get("RETCON_SANDBOX_VERIFY_AHEAD", "1").strip() != "0"
 
 
+def prepare_with_command(jobs: int, ahead: bool) -> bool:
+    """Whether a tree's git metadata is made in the exec of its first command: when nothing is
+    made ready ahead, or when the workers take every core, so that an exec of its own would
+    take CPU from the commands; RETCON_SANDBOX_VERIFY_PREPARE (`exec`, `command`) decides."""
+    chosen = os.environ.get("RETCON_SANDBOX_VERIFY_PREPARE", "").strip()
+    if chosen in ("exec", "command"):
+        return chosen == "command"
+    return not ahead or jobs >= default_jobs()
+
+
 _Ready = tuple[contextlib.ExitStack, Opened]  # an open sandbox, and how to remove it
 
 
@@ -116,6 +131,7 @@ class Pool:
         self.jobs = max(1, jobs)
         self.ahead = ahead_default() if ahead is None else ahead
         self.reuse = reuse
+        self.prepare_with_command = prepare_with_command(self.jobs, self.ahead)
         self.phases = Phases()
         self.spread: dict[str, int] = {}  # trees run per engine (its description)
         self._git = envs.git_lock
@@ -218,6 +234,9 @@ class Pool:
                     following = self._take() if self.ahead else None
                     if following is not None:
                         upcoming = opener.submit(self._open, envs, following, idle, remover)
+                    elif self.ahead:  # this worker's last tree: its spare sandbox goes now
+                        while idle:
+                            remover.submit(idle.popleft()[0].close)
                     if started is not None:
                         started(item)
                     with self.phases.timed("commands"):
@@ -254,7 +273,8 @@ class Pool:
         while idle:
             stack, used = idle.popleft()
             try:
-                opened = envs.refill(used, item.tree, item.at, self.phases)
+                opened = envs.refill(used, item.tree, item.at, self.phases,
+                                     self.prepare_with_command)
             except BaseException:
                 remover.submit(stack.close)
                 raise
@@ -263,6 +283,7 @@ class Pool:
             remover.submit(stack.close)
         stack = contextlib.ExitStack()
         with stack:
-            opened = stack.enter_context(envs.sandbox(item.label, item.tree, item.at,
-                                                      self.phases))
+            opened = stack.enter_context(envs.sandbox(
+                item.label, item.tree, item.at, self.phases,
+                with_first_command=self.prepare_with_command))
             return stack.pop_all(), opened

@@ -79,11 +79,13 @@ class DockerSandbox(HelperSandbox):
         super().__init__(transport, backend.env if env is None else env)
         self._backend = backend
         self.container_id = container_id
+        self._prepare_first: list[str] | None = None  # see `prepare_with_next_command`
 
     def run(self, command: str, timeout: float,
             on_output: Callable[[bytes], None] | None = None) -> CommandResult:
+        first, self._prepare_first = self._prepare_first, None
         result = self._backend.run_command(self.container_id, command, timeout, self._env,
-                                           on_output)
+                                           on_output, prepare_first=first)
         if result.exit_code >= 126 or result.exit_code < 0:
             self._still_alive(command)
         return result
@@ -93,10 +95,15 @@ class DockerSandbox(HelperSandbox):
         """The git metadata (a repository whose last commit holds the tree, `distance` commits
         after the tag `tag`), then what a setup left in the workspace: as the commands' uid,
         which then owns them."""
-        args = ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else []),
-                *(["--distance", str(distance)] if tag and distance else [])]
         return self._backend.run_command(self.container_id, "prepare the workspace",
-                                         COMMAND_MARGIN_S * 4, self._env, mode_args=args)
+                                         COMMAND_MARGIN_S * 4, self._env,
+                                         mode_args=_prepare_args(git, tag, distance))
+
+    def prepare_with_next_command(self, git: bool, tag: str | None, distance: int = 0) -> None:
+        """`prepare_workspace`, in the exec of the next command (`run`), just before it: one
+        exec less, for a sandbox whose files nothing reads before its first command. When it
+        fails, that command's output says so first; the command runs all the same."""
+        self._prepare_first = _prepare_args(git, tag, distance)
 
     def snapshot(self) -> CommandResult:
         """As the helper's uid: only it reads the tree list (setup's commands cannot change
@@ -427,18 +434,21 @@ class DockerBackend:
     def run_command(self, container_id: str, command: str, timeout: float,
                     env: dict[str, str] | None = None,
                     on_output: Callable[[bytes], None] | None = None,
-                    mode_args: list[str] | None = None, uid: int = COMMAND_UID
-                    ) -> CommandResult:
+                    mode_args: list[str] | None = None, uid: int = COMMAND_UID,
+                    prepare_first: list[str] | None = None) -> CommandResult:
         """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
         host reads and caps its output; past the timeout plus a margin, every process of that
         uid is killed; if even that fails, the container is removed (SandboxError).
-        `mode_args`: another of the supervisor's modes (--prepare, --snapshot) instead."""
+        `mode_args`: another of the supervisor's modes (--prepare, --snapshot) instead.
+        `prepare_first`: --prepare's arguments, for the same exec, before the command."""
         started = time.monotonic()
-        argv = mode_args if mode_args is not None else ["--run", str(timeout), command]
+        margin = COMMAND_MARGIN_S * (5 if prepare_first else 1)  # and the --prepare's own
+        argv = mode_args if mode_args is not None else [*(prepare_first or []), "--run",
+                                                        str(timeout), command]
         exec_id, stream = self._exec_command(container_id, argv,
                                              self.env if env is None else env, uid)
         capture = OutputCapture()
-        stream.deadline = started + timeout + COMMAND_MARGIN_S
+        stream.deadline = started + timeout + margin
         overdue = False
         try:
             overdue = _pump(stream, capture, on_output)
@@ -522,6 +532,12 @@ def _pump(stream: ExecStream, capture: OutputCapture,
     except DeadlineExceeded:
         return True
     return False
+
+
+def _prepare_args(git: bool, tag: str | None, distance: int) -> list[str]:
+    """The supervisor's --prepare and its options, in the order it reads them."""
+    return ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else []),
+            *(["--distance", str(distance)] if tag and distance else [])]
 
 
 def python_argv(name: str, source: str, *args: str) -> list[str]:
