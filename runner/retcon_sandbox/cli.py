@@ -193,7 +193,8 @@ def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
     parser.add_argument("--no-reuse", action="store_true",
                         help="a new container for every tree (by default a used one takes the "
                         "next tree of the same environment once wiped: only when no process, "
-                        "file or IPC object of the last tree's is left; else it is replaced)")
+                        "file, socket or IPC object of the last tree's is left; else it is "
+                        "replaced)")
     parser.add_argument("--trust-notes", action="store_true",
                         help="also believe cached results that your key does not authenticate "
                         "(claimed by others: whoever can push refs/notes/retcon-sandbox)")
