@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import os
 import signal
 import stat
 import sys
 import time
+from collections.abc import Iterator
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
@@ -43,6 +45,8 @@ TIMED_OUT = 124
 MAX_DISTANCE = 1_000_000
 SCRATCH = ("tmpfs", "mqueue")  # the writable file systems a sandbox's uids may write to
 MAX_DEPTH = 256  # how deep `clear` goes: what lies deeper stays (and the sandbox is not reused)
+PREPARED_RECORD = "retcon-sandbox-prepared"  # stderr, after `prepare_first`: code, seconds, why
+# (hex of UTF-8); the host reads it apart from the output (backends/docker/sandboxes.py)
 GONE_S = 5.0  # the longest `wipe` waits for the killed processes to be reaped
 
 
@@ -188,7 +192,8 @@ def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | 
     code, after writing its output (the last 2000 bytes) when it failed. Input and output go
     through unnamed files, so neither side can block the other."""
     argv = ["git", "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null",
-            "-c", "commit.gpgSign=false", *args]
+            "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+            *args]
     with contextlib.ExitStack() as stack:
         try:
             stdin = _scratch("git-in") if feed else os.open(os.devnull, os.O_RDONLY)
@@ -258,11 +263,29 @@ def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
                     writer.write(block)
 
 
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk(top)`, top-down, errors ignored, never into a symlink, but without recursion:
+    before Python 3.12 it recursed once per level, and a tree a setup left deep enough ended it
+    (RecursionError). The caller may prune the names of directories it is given."""
+    todo = [top]
+    while todo:
+        dirpath = todo.pop()
+        try:
+            with os.scandir(dirpath) as listing:
+                entries = [(entry.name, entry.is_dir()) for entry in listing]
+        except OSError:
+            continue
+        dirnames = [name for name, is_dir in entries if is_dir]
+        yield dirpath, dirnames, [name for name, is_dir in entries if not is_dir]
+        todo += [path for name in reversed(dirnames)
+                 if not os.path.islink(path := os.path.join(dirpath, name))]
+
+
 def copy_tree(src_root: str, dst_root: str, skip_names: set[str]) -> int:
     """Copy files and symlinks under `src_root` that are not in `skip_names` (relative names)
     and do not exist at the destination; never through a symlink; `.git` at the top is left."""
     copied = 0
-    for dirpath, dirnames, filenames in os.walk(src_root):
+    for dirpath, dirnames, filenames in walk(src_root):
         rel_dir = os.path.relpath(dirpath, src_root)
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         target_dir = os.path.join(dst_root, rel_dir)
@@ -333,18 +356,29 @@ def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> in
 
 
 def prepare_first(workspace: str, prepared: tuple[bool, str | None, int]) -> None:
-    """`prepare` in a command's exec, before it: when that fails, the command's output says so
-    first (the command runs all the same, as after a `--prepare` exec that failed)."""
+    """`prepare` in a command's exec, before it. Whatever it meets (a tree a setup left too deep
+    to copy, no room for git's objects), the command runs all the same, as after a `--prepare`
+    exec that failed: its output says first why the workspace was not made ready. Then one line
+    on this exec's stderr, which the command cannot reach (see `PREPARED_RECORD`)."""
+    started = time.monotonic()
+    real, sys.stdout = sys.stdout, io.StringIO()  # what `prepare` writes: git's complaint
     try:
         failed = prepare(workspace, *prepared)
-    except OSError as exc:
-        sys.stdout.write(f"{exc}\n")
+    except Exception as exc:  # the command runs, whatever it was
+        sys.stdout.write(f"{type(exc).__name__}: {exc}\n")
         failed = 1
+    finally:
+        captured, sys.stdout = sys.stdout, real
+    why = captured.getvalue() if isinstance(captured, io.StringIO) else ""
     if failed:
-        sys.stdout.write(f"retcon-sandbox: the workspace could not be made a git repository "
-                         f"(exit {failed}); set [sandbox] git_metadata = false if the project "
-                         "needs none\n")
+        sys.stdout.write(f"{why}retcon-sandbox: the workspace could not be made a git "
+                         f"repository (exit {failed}); set [sandbox] git_metadata = false if "
+                         "the project needs none\n")
     sys.stdout.flush()
+    seconds = time.monotonic() - started
+    why_hex = why[-300:].encode("utf-8", "replace").hex()
+    with contextlib.suppress(OSError):
+        os.write(2, f"{PREPARED_RECORD} {failed} {seconds:.3f} {why_hex}\n".encode())
 
 
 # --- wiping a used sandbox ------------------------------------------------------------------

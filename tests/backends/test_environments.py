@@ -384,3 +384,26 @@ def test_the_supervisor_reads_prepare_options_in_order_and_a_tag_as_a_name(
     supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
     assert supervisor.prepare_options(args) == expected
     assert args == left
+
+
+@pytest.mark.parametrize(("held", "seconds", "failed", "output"), [
+    (b"retcon-sandbox-prepared 0 1.250 \n", 1.25, [], b""),
+    (b"retcon-sandbox-prepared 128 0.5 " + b"no room".hex().encode() + b"\n", 0.5,
+     [(128, "no room")], b""),
+    (b"Traceback (most recent call last): ...\n", 0.0,
+     [(127, "the supervisor did not say why")], b"Traceback (most recent call last): ...\n"),
+    (b"retcon-sandbox-prepared 0 nan zz\n", 0.0, [(127, "the supervisor did not say why")],
+     b"retcon-sandbox-prepared 0 nan zz\n")])
+def test_a_prepare_in_a_commands_exec_is_read_from_the_supervisors_stderr(
+        held: bytes, seconds: float, failed: list[tuple[int, str]], output: bytes) -> None:
+    """Its time is taken off the command's, a failure is reported with its reason, and
+    anything else on that stream (the supervisor's own failure) joins the output."""
+    from retcon_sandbox.backends.api import OutputCapture
+    from retcon_sandbox.backends.docker.sandboxes import PrepareFirst
+
+    said: list[tuple[int, str]] = []
+    capture = OutputCapture()
+    first = PrepareFirst(["--prepare", "--git"], lambda code, why: said.append((code, why)))
+    assert first.said(held, capture) == seconds
+    assert said == failed
+    assert capture.text().encode() == output

@@ -504,13 +504,19 @@ class Environments:
             self._versioned = True
             self.report.emit("git_metadata", tag=tag, distance=distance)
         if with_first_command:
-            box.prepare_with_next_command(self.settings.git_metadata, tag, distance)
+            box.prepare_with_next_command(self.settings.git_metadata, tag, distance,
+                                          self._not_prepared)
             return
         result = box.prepare_workspace(self.settings.git_metadata, tag, distance)
-        if not result.passed and not self._warned:
+        if not result.passed:
+            self._not_prepared(result.exit_code, result.output)
+
+    def _not_prepared(self, code: int, why: str) -> None:
+        """A workspace's git metadata could not be made: said once per run."""
+        if not self._warned:
             self._warned = True
             self.report.emit("warning", message="the workspace could not be made a git repository "
-                             f"(exit {result.exit_code}): {result.output.strip()[-300:]}; "
+                             f"(exit {code}): {why.strip()[-300:]}; "
                              "set [sandbox] git_metadata = false if the project needs none")
 
     def _local_warning(self) -> None:

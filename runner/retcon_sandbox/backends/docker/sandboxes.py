@@ -17,6 +17,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ class DockerSandbox(HelperSandbox):
         super().__init__(transport, backend.env if env is None else env)
         self._backend = backend
         self.container_id = container_id
-        self._prepare_first: list[str] | None = None  # see `prepare_with_next_command`
+        self._prepare_first: PrepareFirst | None = None  # see `prepare_with_next_command`
 
     def run(self, command: str, timeout: float,
             on_output: Callable[[bytes], None] | None = None) -> CommandResult:
@@ -99,11 +100,13 @@ class DockerSandbox(HelperSandbox):
                                          COMMAND_MARGIN_S * 4, self._env,
                                          mode_args=_prepare_args(git, tag, distance))
 
-    def prepare_with_next_command(self, git: bool, tag: str | None, distance: int = 0) -> None:
+    def prepare_with_next_command(self, git: bool, tag: str | None, distance: int = 0,
+                                  failed: Callable[[int, str], None] | None = None) -> None:
         """`prepare_workspace`, in the exec of the next command (`run`), just before it: one
         exec less, for a sandbox whose files nothing reads before its first command. When it
-        fails, that command's output says so first; the command runs all the same."""
-        self._prepare_first = _prepare_args(git, tag, distance)
+        fails, that command's output says so first, `failed(exit code, why)` is called, and
+        the command runs all the same. Its time is not the command's."""
+        self._prepare_first = PrepareFirst(_prepare_args(git, tag, distance), failed)
 
     def snapshot(self) -> CommandResult:
         """As the helper's uid: only it reads the tree list (setup's commands cannot change
@@ -435,27 +438,28 @@ class DockerBackend:
                     env: dict[str, str] | None = None,
                     on_output: Callable[[bytes], None] | None = None,
                     mode_args: list[str] | None = None, uid: int = COMMAND_UID,
-                    prepare_first: list[str] | None = None) -> CommandResult:
+                    prepare_first: PrepareFirst | None = None) -> CommandResult:
         """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
         host reads and caps its output; past the timeout plus a margin, every process of that
         uid is killed; if even that fails, the container is removed (SandboxError).
         `mode_args`: another of the supervisor's modes (--prepare, --snapshot) instead.
-        `prepare_first`: --prepare's arguments, for the same exec, before the command."""
+        `prepare_first`: a --prepare in the same exec, before the command."""
         started = time.monotonic()
         margin = COMMAND_MARGIN_S * (5 if prepare_first else 1)  # and the --prepare's own
-        argv = mode_args if mode_args is not None else [*(prepare_first or []), "--run",
-                                                        str(timeout), command]
+        argv = mode_args if mode_args is not None else [
+            *(prepare_first.args if prepare_first else []), "--run", str(timeout), command]
         exec_id, stream = self._exec_command(container_id, argv,
                                              self.env if env is None else env, uid)
         capture = OutputCapture()
         stream.deadline = started + timeout + margin
         overdue = False
+        held = bytearray() if prepare_first else None  # the supervisor's stderr
         try:
-            overdue = _pump(stream, capture, on_output)
+            overdue = _pump(stream, capture, on_output, held)
             if overdue:
                 self._kill_commands(container_id)
                 stream.deadline = time.monotonic() + KILL_GRACE_S
-                if _pump(stream, capture, on_output):
+                if _pump(stream, capture, on_output, held):
                     raise SandboxError(f"`{command}` did not stop after its {timeout:.0f} s "
                                        "timeout, even when killed; the sandbox was removed",
                                        "Rerun to resume; the commit is verified again.")
@@ -470,6 +474,8 @@ class DockerBackend:
         if code is None or code >= 128:  # the supervisor itself may have been killed
             self._kill_commands(container_id)
         seconds = time.monotonic() - started
+        if prepare_first is not None and held is not None:
+            seconds = max(0.0, seconds - prepare_first.said(bytes(held), capture))
         timed_out = overdue or (code == TIMED_OUT and seconds >= timeout)
         return CommandResult(command, -9 if code is None else code, timed_out, capture.text(),
                              capture.total, capture.truncated, round(seconds, 3))
@@ -519,13 +525,50 @@ class DockerBackend:
 
 
 TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its timeout
+# The supervisor's line on its stderr after a --prepare in a command's exec: exit code, seconds
+# and why (hex of UTF-8), as `prepare_first` in sandbox/supervisor.py writes it.
+PREPARED_RECORD = b"retcon-sandbox-prepared"
+HELD_MAX = 4096  # bytes of the supervisor's stderr held apart; the rest joins the output
+
+
+@dataclass(frozen=True)
+class PrepareFirst:
+    """A --prepare (`args`) made in a command's exec, before the command; `failed(exit code,
+    why)` is called when it fails."""
+
+    args: list[str]
+    failed: Callable[[int, str], None] | None = None
+
+    def said(self, held: bytes, capture: OutputCapture) -> float:
+        """Read the supervisor's stderr (`held`): the seconds the --prepare took (not the
+        command's). Anything but its record there (the supervisor's own failure) joins the
+        output; no record, and it counts as failed."""
+        line, _, rest = held.partition(b"\n")
+        fields = line.split(b" ")
+        try:
+            if len(fields) != 4 or fields[0] != PREPARED_RECORD:
+                raise ValueError
+            code, seconds = int(fields[1]), float(fields[2])
+            why = bytes.fromhex(fields[3].decode("ascii")).decode("utf-8", "replace")
+        except ValueError:
+            code, seconds, why, rest = 127, 0.0, "", held
+        if rest:
+            capture.add(rest)
+        if code and self.failed is not None:
+            self.failed(code, why or "the supervisor did not say why")
+        return seconds if 0.0 <= seconds < 1e6 else 0.0
 
 
 def _pump(stream: ExecStream, capture: OutputCapture,
-          on_output: Callable[[bytes], None] | None = None) -> bool:
-    """Read a command's output to its end; True if the deadline passed first."""
+          on_output: Callable[[bytes], None] | None = None, held: bytearray | None = None
+          ) -> bool:
+    """Read a command's output to its end; True if the deadline passed first. `held`: where
+    the supervisor's stderr goes, up to HELD_MAX bytes, instead of the output."""
     try:
         while (frame := stream.frame()) is not None:
+            if held is not None and frame[0] == 2 and len(held) + len(frame[1]) <= HELD_MAX:
+                held += frame[1]
+                continue
             capture.add(frame[1])
             if on_output is not None:
                 on_output(frame[1])
