@@ -111,18 +111,35 @@ def test_a_helper_outside_a_sandbox_refuses_to_reset(tmp_path: Path) -> None:
 def test_copy_tree_goes_as_deep_as_a_setup_made_it(tmp_path: Path) -> None:
     """Python 3.11's os.walk recurses once per level: a tree a setup left 1,200 levels deep
     ended the copy into the workspace (RecursionError) and, with it, the tree's command."""
+    deep = os.path.join(*["d"] * 1200)
     (tmp_path / "prepared").mkdir()
-    fd = os.open(tmp_path / "prepared", os.O_RDONLY)
-    for _ in range(1200):  # os.makedirs recurses too
-        os.mkdir("d", dir_fd=fd)
-        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
-        os.close(parent)
-    os.close(os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
-    os.close(fd)
-    (tmp_path / "prepared" / "top.txt").write_text("y")
     (tmp_path / "workspace").mkdir()
-    copied = supervisor.copy_tree(str(tmp_path / "prepared"), str(tmp_path / "workspace"),
-                                  {"top.txt"})
-    assert copied == 1
-    assert (tmp_path / "workspace" / os.path.join(*["d"] * 1200) / "leaf").is_file()
-    assert not (tmp_path / "workspace" / "top.txt").exists()  # one of the tree's own names
+    try:
+        fd = os.open(tmp_path / "prepared", os.O_RDONLY)
+        for _ in range(1200):  # os.makedirs recurses too
+            os.mkdir("d", dir_fd=fd)
+            fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+            os.close(parent)
+        os.close(os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+        os.close(fd)
+        (tmp_path / "prepared" / "top.txt").write_text("y")
+        copied = supervisor.copy_tree(str(tmp_path / "prepared"), str(tmp_path / "workspace"),
+                                      {"top.txt"})
+        assert copied == 1
+        assert (tmp_path / "workspace" / deep / "leaf").is_file()
+        assert not (tmp_path / "workspace" / "top.txt").exists()  # one of the tree's names
+    finally:  # pytest's own clean-up (shutil.rmtree) recurses once per level as well
+        for top in (tmp_path / "prepared", tmp_path / "workspace"):
+            _remove_chain(top)
+
+
+def _remove_chain(top: Path) -> None:
+    """Remove a chain of `d` directories under `top`, deepest first, without recursion."""
+    chain = [top]
+    while (chain[-1] / "d").is_dir():
+        chain.append(chain[-1] / "d")
+    for directory in reversed(chain[1:]):
+        for entry in directory.iterdir():
+            if not entry.is_dir():
+                entry.unlink()
+        directory.rmdir()
