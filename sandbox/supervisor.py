@@ -47,6 +47,7 @@ SCRATCH = ("tmpfs", "mqueue")  # the writable file systems a sandbox's uids may 
 MAX_DEPTH = 256  # how deep `clear` goes: what lies deeper stays (and the sandbox is not reused)
 PREPARED_RECORD = "retcon-sandbox-prepared"  # stderr, after `prepare_first`: code, seconds, why
 # (hex of UTF-8); the host reads it apart from the output (backends/docker/sandboxes.py)
+PREPARE_S = 60.0  # the longest the git metadata may take (the host waits 15 s more)
 GONE_S = 5.0  # the longest `wipe` waits for the killed processes to be reaped
 
 
@@ -187,10 +188,12 @@ def _scratch(name: str) -> int:
     return os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
 
 
-def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | None) -> int:
-    """One git command in the workspace (no hooks, no signing), `feed` on its stdin: its exit
-    code, after writing its output (the last 2000 bytes) when it failed. Input and output go
-    through unnamed files, so neither side can block the other."""
+def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | None,
+            deadline: float) -> int:
+    """One git command in the workspace (no hooks, no signing, no background gc), `feed` on its
+    stdin: its exit code, after writing its output (the last 2000 bytes) when it failed; 124
+    when it was not done by `deadline` (then it and its session are killed). Input and output
+    go through unnamed files, so neither side can block the other."""
     argv = ["git", "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null",
             "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
             *args]
@@ -204,7 +207,14 @@ def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | 
             os.lseek(stdin, 0, os.SEEK_SET)
             out = _scratch("git-out")
             stack.callback(os.close, out)
-            code = wait(spawn(argv, workspace, env, stdin, out))
+            pid = spawn(argv, workspace, env, stdin, out)
+            code = wait(pid, max(0.0, deadline - time.monotonic()))
+            if code is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                wait(pid)
+                sys.stdout.write(f"git {args[0]}: not done within {PREPARE_S:.0f} s\n")
+                return TIMED_OUT
             size = os.lseek(out, 0, os.SEEK_END)
             os.lseek(out, max(0, size - 2000), os.SEEK_SET)
             said = os.read(out, 2000)
@@ -221,8 +231,11 @@ def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:
     setuptools-scm and hatch-vcs find a version. With `tag`, `git describe --tags --long` gives
     `tag-<distance>-g<hash>` as a checkout of the commit would: the tag is on a root commit with
     `distance - 1` empty commits over it (one `git fast-import`), the tree's commit on top; the
-    hash is of these synthetic commits. Runs as the commands' uid, which owns it."""
-    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", **os.environ, **GIT_IDENTITY}
+    hash is of these synthetic commits. Runs as the commands' uid, which owns it; git from the
+    system's directories (not one a setup put first on the image's PATH, in a virtual
+    environment the commands' uid owns), within PREPARE_S seconds in all."""
+    env = {"HOME": "/tmp", **os.environ, "PATH": DEFAULT_PATH, **GIT_IDENTITY}
+    deadline = time.monotonic() + PREPARE_S
     steps: list[tuple[list[str], bytes | None]] = [(["init", "-q"], None)]
     if tag and 0 < distance <= MAX_DISTANCE:
         steps.append((["fast-import", "--quiet"], _history(tag, distance)))
@@ -232,7 +245,7 @@ def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:
     if tag and not 0 < distance <= MAX_DISTANCE:
         steps.append((["tag", tag], None))
     for step, feed in steps:
-        code = run_git(step, workspace, env, feed)
+        code = run_git(step, workspace, env, feed, deadline)
         if code:
             return code
     return 0
@@ -364,8 +377,8 @@ def prepare_first(workspace: str, prepared: tuple[bool, str | None, int]) -> Non
     real, sys.stdout = sys.stdout, io.StringIO()  # what `prepare` writes: git's complaint
     try:
         failed = prepare(workspace, *prepared)
-    except Exception as exc:  # the command runs, whatever it was
-        sys.stdout.write(f"{type(exc).__name__}: {exc}\n")
+    except BaseException as exc:  # the command runs, whatever it was (SIGINT from a git
+        sys.stdout.write(f"{type(exc).__name__}: {exc}\n")  # a setup planted, too)
         failed = 1
     finally:
         captured, sys.stdout = sys.stdout, real
@@ -501,7 +514,13 @@ def supervised(args: list[str], workspace: str = "/workspace") -> None:
         sys.exit(wipe())
     if prepared is None or args:
         sys.exit(f"unknown mode {mode!r}: --run, --prepare, --snapshot or --wipe")
-    sys.exit(prepare(workspace, *prepared))
+    try:
+        code = prepare(workspace, *prepared)
+    finally:  # nothing its git started is left for the command's exec (as after `--run`)
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        reap()
+    sys.exit(code)
 
 
 def prepare_options(args: list[str]) -> tuple[bool, str | None, int]:

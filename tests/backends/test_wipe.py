@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,35 @@ def _remove_chain(top: Path) -> None:
             if not entry.is_dir():
                 entry.unlink()
         directory.rmdir()
+
+
+def test_a_git_that_does_not_finish_is_killed_at_the_prepares_deadline(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The git metadata has PREPARE_S seconds in all: a git still running then is killed with
+    what it started (its session), and the prepare fails, so that the tree's command (in the
+    same exec) still gets its whole timeout."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text("#!/bin/sh\nsleep 300 &\necho $! > started\nsleep 300\n")
+    (bin_dir / "git").chmod(0o755)
+    began = time.monotonic()
+    code = supervisor.run_git(["init"], str(tmp_path), {"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                              None, time.monotonic() + 0.5)
+    assert code == supervisor.TIMED_OUT and time.monotonic() - began < 5
+    assert "git init: not done within 60 s" in capsys.readouterr().out
+    child = int((tmp_path / "started").read_text())
+    assert _ends(child), "what the git started is still running"
+
+
+def _ends(pid: int) -> bool:
+    """Whether process `pid` is gone (or a zombie) within 5 seconds."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(") ", 1)[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
