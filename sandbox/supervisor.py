@@ -175,10 +175,15 @@ def supervise(cmd: str, timeout: float, workspace: str,
         sys.stdout.write(f"retcon-sandbox: cannot start the command: {exc}\n")
         code = 127
     finally:
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)
-        reap()
+        end_the_rest()
     return TIMED_OUT if code is None else code
+
+
+def end_the_rest() -> None:
+    """Kill every process of this uid but this one (kill(-1)), and reap this one's children."""
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    reap()
 
 
 def _scratch(name: str) -> int:
@@ -517,9 +522,7 @@ def supervised(args: list[str], workspace: str = "/workspace") -> None:
     try:
         code = prepare(workspace, *prepared)
     finally:  # nothing its git started is left for the command's exec (as after `--run`)
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)
-        reap()
+        end_the_rest()
     sys.exit(code)
 
 

@@ -407,3 +407,14 @@ def test_a_prepare_in_a_commands_exec_is_read_from_the_supervisors_stderr(
     assert first.said(held, capture) == seconds
     assert said == failed
     assert capture.text().encode() == output
+
+
+def test_the_host_and_the_supervisor_agree_on_what_they_share() -> None:
+    """The supervisor runs in the container from its own file: the host's copies of its exit
+    code on a timeout, its record's name and its time limit for the git metadata must match."""
+    from retcon_sandbox.backends.docker import sandboxes
+
+    supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
+    assert sandboxes.TIMED_OUT == supervisor.TIMED_OUT
+    assert supervisor.PREPARED_RECORD.encode() == sandboxes.PREPARED_RECORD
+    assert sandboxes.PREPARE_S == supervisor.PREPARE_S

@@ -115,6 +115,11 @@ class _Remover:
                 raise error
 
 
+def _remove_all(idle: deque[_Ready], remover: _Remover) -> None:
+    while idle:
+        remover.submit(idle.popleft()[0].close)
+
+
 class Pool:
     def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int,
                  more: Sequence[Environments] = (), ahead: bool | None = None,
@@ -235,8 +240,7 @@ class Pool:
                     if following is not None:
                         upcoming = opener.submit(self._open, envs, following, idle, remover)
                     elif self.ahead:  # this worker's last tree: its spare sandbox goes now
-                        while idle:
-                            remover.submit(idle.popleft()[0].close)
+                        _remove_all(idle, remover)
                     if started is not None:
                         started(item)
                     with self.phases.timed("commands"):
@@ -258,8 +262,7 @@ class Pool:
                 with contextlib.suppress(BaseException):
                     remover.submit(upcoming.result()[0].close)
             opener.shutdown(wait=True)
-            while idle:
-                remover.submit(idle.popleft()[0].close)
+            _remove_all(idle, remover)
 
     def _open(self, envs: Environments, item: Item, idle: deque[_Ready],
               remover: _Remover) -> _Ready:

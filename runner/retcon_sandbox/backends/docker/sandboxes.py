@@ -97,7 +97,7 @@ class DockerSandbox(HelperSandbox):
         after the tag `tag`), then what a setup left in the workspace: as the commands' uid,
         which then owns them."""
         return self._backend.run_command(self.container_id, "prepare the workspace",
-                                         COMMAND_MARGIN_S * 4, self._env,
+                                         PREPARE_S, self._env,
                                          mode_args=_prepare_args(git, tag, distance))
 
     def prepare_with_next_command(self, git: bool, tag: str | None, distance: int = 0,
@@ -445,7 +445,7 @@ class DockerBackend:
         `mode_args`: another of the supervisor's modes (--prepare, --snapshot) instead.
         `prepare_first`: a --prepare in the same exec, before the command."""
         started = time.monotonic()
-        margin = COMMAND_MARGIN_S * (5 if prepare_first else 1)  # and the --prepare's own
+        margin = COMMAND_MARGIN_S + (PREPARE_S if prepare_first else 0.0)
         argv = mode_args if mode_args is not None else [
             *(prepare_first.args if prepare_first else []), "--run", str(timeout), command]
         exec_id, stream = self._exec_command(container_id, argv,
@@ -528,6 +528,7 @@ TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its ti
 # The supervisor's line on its stderr after a --prepare in a command's exec: exit code, seconds
 # and why (hex of UTF-8), as `prepare_first` in sandbox/supervisor.py writes it.
 PREPARED_RECORD = b"retcon-sandbox-prepared"
+PREPARE_S = COMMAND_MARGIN_S * 4  # the longest the git metadata takes (the supervisor's too)
 HELD_MAX = 4096  # bytes of the supervisor's stderr held apart; the rest joins the output
 
 
