@@ -49,10 +49,30 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Modules whose tests take tens of seconds each (environments prepared through real registries,
+# a Compose build, environments filled to their caps): they start first.
+LONGEST = ("tests/docker/test_setup.py", "tests/docker/test_compose.py",
+           "tests/docker/test_trust_env.py")
+
+
+def _longest_first(item: pytest.Item) -> int:
+    """The rank of a test's kind by how long such tests take: the longest modules, then the
+    rest of the Docker tier, then whole runs on the local backend, then the fast tests. Started
+    in that order (and with `--dist worksteal`), test workers never wait for a long test that
+    started last: a worker whose own share is done takes the short tests left of another's."""
+    path = str(item.fspath).replace(os.sep, "/")
+    if any(path.endswith(module) for module in LONGEST):
+        return 0
+    if "tests/docker/" in path:
+        return 1
+    return 2 if item.get_closest_marker("slow") else 3
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/docker" in str(item.fspath).replace(os.sep, "/"):
+        if "tests/docker/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.docker)
+    items.sort(key=_longest_first)  # stable: each kind keeps its modules' order
 
 
 @pytest.fixture(scope="session")

@@ -386,16 +386,21 @@ def test_the_supervisor_reads_prepare_options_in_order_and_a_tag_as_a_name(
     assert args == left
 
 
-@pytest.mark.parametrize(("held", "seconds", "failed", "output"), [
-    (b"retcon-sandbox-prepared 0 1.250 \n", 1.25, [], b""),
-    (b"retcon-sandbox-prepared 128 0.5 " + b"no room".hex().encode() + b"\n", 0.5,
+@pytest.mark.parametrize(("held", "ended", "seconds", "failed", "output"), [
+    (b"retcon-sandbox-prepared 0 1.250 \n", True, 1.25, [], b""),
+    (b"retcon-sandbox-prepared 128 0.5 " + b"no room".hex().encode() + b"\n", True, 0.5,
      [(128, "no room")], b""),
-    (b"Traceback (most recent call last): ...\n", 0.0,
+    (b"Traceback (most recent call last): ...\n", True, 0.0,
      [(127, "the supervisor did not say why")], b"Traceback (most recent call last): ...\n"),
-    (b"retcon-sandbox-prepared 0 nan zz\n", 0.0, [(127, "the supervisor did not say why")],
-     b"retcon-sandbox-prepared 0 nan zz\n")])
+    (b"retcon-sandbox-prepared 0 nan zz\n", True, 0.0, [(127, "the supervisor did not say why")],
+     b"retcon-sandbox-prepared 0 nan zz\n"),
+    # killed, or its container gone, before a record: its exit code says so, not a warning
+    (b"", False, 0.0, [], b""),
+    (b"retcon-sandbox-prepared 128 0.5 " + b"no room".hex().encode() + b"\n", False, 0.5,
+     [(128, "no room")], b"")])
 def test_a_prepare_in_a_commands_exec_is_read_from_the_supervisors_stderr(
-        held: bytes, seconds: float, failed: list[tuple[int, str]], output: bytes) -> None:
+        held: bytes, ended: bool, seconds: float, failed: list[tuple[int, str]], output: bytes
+        ) -> None:
     """Its time is taken off the command's, a failure is reported with its reason, and
     anything else on that stream (the supervisor's own failure) joins the output."""
     from retcon_sandbox.backends.api import OutputCapture
@@ -404,7 +409,7 @@ def test_a_prepare_in_a_commands_exec_is_read_from_the_supervisors_stderr(
     said: list[tuple[int, str]] = []
     capture = OutputCapture()
     first = PrepareFirst(["--prepare", "--git"], lambda code, why: said.append((code, why)))
-    assert first.said(held, capture) == seconds
+    assert first.said(held, capture, ended) == seconds
     assert said == failed
     assert capture.text().encode() == output
 

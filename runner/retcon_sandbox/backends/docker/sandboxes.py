@@ -475,7 +475,8 @@ class DockerBackend:
             self._kill_commands(container_id)
         seconds = time.monotonic() - started
         if prepare_first is not None and held is not None:
-            seconds = max(0.0, seconds - prepare_first.said(bytes(held), capture))
+            ended = code is not None and code < 128
+            seconds = max(0.0, seconds - prepare_first.said(bytes(held), capture, ended))
         timed_out = overdue or (code == TIMED_OUT and seconds >= timeout)
         return CommandResult(command, -9 if code is None else code, timed_out, capture.text(),
                              capture.total, capture.truncated, round(seconds, 3))
@@ -540,10 +541,11 @@ class PrepareFirst:
     args: list[str]
     failed: Callable[[int, str], None] | None = None
 
-    def said(self, held: bytes, capture: OutputCapture) -> float:
+    def said(self, held: bytes, capture: OutputCapture, ended: bool = True) -> float:
         """Read the supervisor's stderr (`held`): the seconds the --prepare took (not the
         command's). Anything but its record there (the supervisor's own failure) joins the
-        output; no record, and it counts as failed."""
+        output; no record, and it counts as failed, unless the supervisor did not end by itself
+        (`ended` false: killed, or its container gone), which its exit code already tells."""
         line, _, rest = held.partition(b"\n")
         fields = line.split(b" ")
         try:
@@ -552,7 +554,7 @@ class PrepareFirst:
             code, seconds = int(fields[1]), float(fields[2])
             why = bytes.fromhex(fields[3].decode("ascii")).decode("utf-8", "replace")
         except ValueError:
-            code, seconds, why, rest = 127, 0.0, "", held
+            code, seconds, why, rest = (127 if ended else 0), 0.0, "", held
         if rest:
             capture.add(rest)
         if code and self.failed is not None:
