@@ -60,17 +60,24 @@ def _longest_first(item: pytest.Item) -> int:
     rest of the Docker tier, then whole runs on the local backend, then the fast tests. Started
     in that order (and with `--dist worksteal`), test workers never wait for a long test that
     started last: a worker whose own share is done takes the short tests left of another's."""
-    path = str(item.fspath).replace(os.sep, "/")
-    if any(path.endswith(module) for module in LONGEST):
+    if any(_path(item).endswith(module) for module in LONGEST):
         return 0
-    if "tests/docker/" in path:
+    if _in_docker_tier(item):
         return 1
     return 2 if item.get_closest_marker("slow") else 3
 
 
+def _path(item: pytest.Item) -> str:
+    return str(item.fspath).replace(os.sep, "/")
+
+
+def _in_docker_tier(item: pytest.Item) -> bool:
+    return "tests/docker/" in _path(item)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/docker/" in str(item.fspath).replace(os.sep, "/"):
+        if _in_docker_tier(item):
             item.add_marker(pytest.mark.docker)
     items.sort(key=_longest_first)  # stable: each kind keeps its modules' order
 
