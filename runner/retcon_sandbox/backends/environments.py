@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retcon_sandbox import threads
 from retcon_sandbox.archive import TarStream, spooled
 from retcon_sandbox.backends import images, manifests
 from retcon_sandbox.backends.api import Backend, Sandbox, ToolFailure
@@ -192,8 +193,7 @@ class Warming:
         self._opened: Opened | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        threading.Thread(target=self._open, args=(envs, label, tree, at, tar),
-                         name="retcon-warm", daemon=True).start()
+        threads.start(lambda: self._open(envs, label, tree, at, tar), "retcon-warm")
 
     def _open(self, envs: Environments, label: str, tree: str, at: Place | None,
               tar: TarStream) -> None:

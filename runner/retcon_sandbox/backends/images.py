@@ -30,6 +30,7 @@ from functools import cache
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from retcon_sandbox import threads
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import ImageError, log_dir
 from retcon_sandbox.resources import dockerfiles
@@ -80,9 +81,8 @@ def heartbeat(progress: Progress, what: str, every: float = HEARTBEAT_S) -> Iter
                     last[0] = now
                     progress(f"  ... {what}: {now - started:.0f} s elapsed")
 
-    thread = threading.Thread(target=beat, daemon=True)
     _beating.on = True
-    thread.start()
+    thread = threads.start(beat, "retcon-heartbeat")
     try:
         yield say
     finally:

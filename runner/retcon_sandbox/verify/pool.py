@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from retcon_sandbox import threads
 from retcon_sandbox.backends.api import Sandbox
 from retcon_sandbox.backends.environments import Environments, Opened, Phases, Place
 from retcon_sandbox.errors import RetconError
@@ -96,7 +97,8 @@ class _Remover:
     container left behind is reported once the batch is done, not lost with its future."""
 
     def __init__(self, workers: int) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-remove")
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-remove",
+                                            initializer=threads.leave_stops_to_main)
         self._removals: list[Future[None]] = []
 
     def submit(self, close: Callable[[], None]) -> None:
@@ -172,7 +174,8 @@ class Pool:
         self._queue = deque(pending)
         workers = min(self.jobs, len(pending))
         done: queue.Queue[tuple[Item, Outcome]] = queue.Queue()
-        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-verify")
+        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-verify",
+                                      initializer=threads.leave_stops_to_main)
         remover = _Remover(workers)
         futures: list[Future[None]] = [
             executor.submit(self._worker, self.engines[k % len(self.engines)], started, done,
@@ -218,7 +221,8 @@ class Pool:
         """Take trees until none is left: run one tree's commands while the next one's sandbox
         is made ready (on a thread of its own), and leave each used sandbox to the next `_open`
         (`idle`) or to `remover`."""
-        opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retcon-open")
+        opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retcon-open",
+                                    initializer=threads.leave_stops_to_main)
         idle: deque[_Ready] = deque()  # used sandboxes, for `_open` to wipe and fill again
         item = self._take()
         upcoming: Future[_Ready] | None = \

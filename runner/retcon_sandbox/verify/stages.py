@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from retcon_sandbox import threads
 from retcon_sandbox.backends.api import CommandResult, Sandbox
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import ConfigError
@@ -158,8 +158,7 @@ def overlapped(box: Sandbox, commands: Commands, notify: Notify,
         except BaseException as exc:  # raised again in the caller's thread
             failed.append(exc)
 
-    worker = threading.Thread(target=work, name="retcon-verify", daemon=True)
-    worker.start()
+    worker = threads.start(work, "retcon-verify")
     alongside()
     worker.join()
     for which, stage in events:

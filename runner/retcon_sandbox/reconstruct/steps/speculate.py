@@ -16,9 +16,9 @@ serially. Only this thread touches git and the spec.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from retcon_sandbox import threads
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.model.tools import Outcome
@@ -132,8 +132,7 @@ def retire(run: Run, stack: contextlib.ExitStack) -> None:
         except Exception as exc:  # raised by `settle`, in the run's thread
             run.retire_errors.append(exc)
 
-    worker = threading.Thread(target=close, name="retcon-remove", daemon=True)
-    worker.start()
+    worker = threads.start(close, "retcon-remove")
     run.retiring.append(worker)
 
 
