@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import locale
 import os
 import shlex
 import shutil
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 
 from retcon_sandbox.commands.demo import create
 from retcon_sandbox.repo import demo as demo_project
+from tests.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = (sys.executable, "-m", "retcon_sandbox")
@@ -195,12 +198,49 @@ class Result:
 
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
         timeout: float = 600) -> Result:
-    """The real command line, in a subprocess; by default from a directory outside any
-    repository, so the repository is found from the spec's directory."""
+    """The real command line, in a process of its own; by default from a directory outside any
+    repository, so the repository is found from the spec's directory.
+
+    The process is forked from one that imported the command line's modules once
+    (`tests/forkserver.py`): what a fresh `python -m retcon_sandbox` is once its imports are
+    done, without their 0.3 to 1 s of CPU each time. A command whose environment changes what
+    the interpreter reads at start-up (`PYTHONIOENCODING`, the locale), or any command when
+    RETCON_SANDBOX_TESTS_FORK=0, starts a fresh interpreter."""
+    merged = {**os.environ, **(env or {})}
+    server = _fork_server()
+    done = server.run(list(args), cwd or NEUTRAL, merged, timeout) if server else None
+    if done is not None:
+        code, out, err = done
+        return Result(code, _text(out), _text(err))
     proc = subprocess.run([*CLI, *args], cwd=cwd or NEUTRAL, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          env=merged, timeout=timeout, stdin=subprocess.DEVNULL)
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _text(data: bytes) -> str:
+    """As `subprocess.run(text=True)` decodes: the locale's encoding, universal newlines."""
+    text = data.decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_SERVER: list[ForkServer] = []  # this test process's, started at its first command
+_SERVER_LOCK = threading.Lock()
+
+
+def _fork_server() -> ForkServer | None:
+    if os.environ.get("RETCON_SANDBOX_TESTS_FORK") == "0":
+        return None
+    with _SERVER_LOCK:
+        if not _SERVER:
+            _SERVER.append(ForkServer())
+        return _SERVER[0]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_fork_server() -> Iterator[None]:
+    yield
+    for server in _SERVER:
+        server.close()
 
 
 def cli_at_terminal(*args: str, typed: bytes, env: dict[str, str] | None = None,

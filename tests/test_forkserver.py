@@ -1,0 +1,66 @@
+"""The tests' fork server gives what a fresh `python -m retcon_sandbox` gives: the same output,
+error and exit code, the caller's environment and directory, and a process that a time limit
+ends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from retcon_sandbox.repo import demo as demo_project
+from tests.conftest import NEUTRAL, Result, cli, make_demo
+from tests.forkserver import ForkServer
+
+
+def both(monkeypatch: pytest.MonkeyPatch, *args: str, cwd: Path | None = None) -> list[Result]:
+    """The command through the fork server, then in a fresh interpreter."""
+    forked = cli(*args, cwd=cwd)
+    with monkeypatch.context() as fresh:
+        fresh.setenv("RETCON_SANDBOX_TESTS_FORK", "0")
+        return [forked, cli(*args, cwd=cwd)]
+
+
+@pytest.mark.parametrize("args", [("--version",), ("frobnicate",), ("execute", "-h"),
+                                  ("status", "missing.toml"), ("completion", "bash")])
+def test_a_forked_command_answers_as_a_fresh_interpreter(
+        monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> None:
+    forked, fresh = both(monkeypatch, *args)
+    assert forked == fresh
+    assert forked.out or forked.err
+
+
+def test_the_caller_s_directory_and_environment_reach_the_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative spec path is found from the caller's directory; DOCKER_HOST names the engine
+    that does not answer."""
+    demo = make_demo(tmp_path / "repo", with_paths=True)
+    forked, fresh = both(monkeypatch, "status", demo.spec.name, cwd=demo.path)
+    assert forked == fresh and forked.code == 0 and "feature-clean" in forked.out
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nowhere.sock")
+    forked, fresh = both(monkeypatch, "images", "list")
+    assert forked == fresh and forked.code != 0 and "nowhere.sock" in forked.err
+
+
+def test_a_variable_read_at_start_up_gets_a_fresh_interpreter() -> None:
+    server = ForkServer()
+    try:
+        env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+        assert server.run(["--version"], NEUTRAL, env, timeout=60) is None
+        done = server.run(["--version"], NEUTRAL, dict(os.environ), timeout=60)
+        assert done is not None and done[0] == 0 and b"retcon-sandbox" in done[1]
+    finally:
+        server.close()
+
+
+def test_a_command_past_its_time_limit_is_ended(tmp_path: Path) -> None:
+    spec = demo_project.spec_text(True).replace(
+        'build = "python3 -m compileall -q shop tests"', 'build = "sleep 20"')
+    demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=spec)
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        cli("execute", str(demo.spec), "--sandbox", "local", "--non-interactive", timeout=5)
+    assert time.monotonic() - started < 30
