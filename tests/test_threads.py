@@ -8,6 +8,7 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 
 from retcon_sandbox import threads
+from retcon_sandbox.backends.local import LocalBackend
 
 
 def blocked_here() -> set[int]:
@@ -31,3 +32,16 @@ def test_a_pool_s_threads_block_them_too() -> None:
     assert all(mask >= threads.STOPS for mask in masks)
     assert not threads.STOPS & blocked_here()
 
+
+
+def test_a_command_run_from_such_a_thread_has_no_signal_blocked() -> None:
+    """The local helper, started from a thread that blocks the stop signals, inherits that mask;
+    the supervisor gives the command it runs an empty one."""
+    found: list[str] = []
+
+    def run() -> None:
+        with LocalBackend().open("test") as sandbox:
+            found.append(sandbox.run("grep SigBlk /proc/self/status", 60).output)
+
+    threads.start(run, "test-local").join(60)
+    assert found and found[0].split() == ["SigBlk:", "0000000000000000"]

@@ -6,6 +6,10 @@ takes Ctrl-C while the main thread waits in a system call (a model's answer that
 a socket read), the main thread is not interrupted, and the run goes on until that call returns,
 minutes later or never. Every thread the run starts blocks these signals, so they reach the
 main thread, whose waiting call is interrupted at once.
+
+A process started from such a thread inherits the mask. The sandbox's supervisor gives every
+command it starts an empty one (`supervisor.spawn`), and the run's other children (git, the
+local helper) end with their work or when the run closes them, as before.
 """
 
 from __future__ import annotations
