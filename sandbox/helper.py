@@ -1005,6 +1005,9 @@ def main(argv: list[str]) -> None:
             checks = False
         elif arg == "--network-allowed":  # a setup container: its network is the point
             checks_network = False
+    # started by a run's thread that leaves these to the run's main thread (the local helper),
+    # the mask is inherited: the commands started here must get them
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
     harden()
     make_dirs(workspace)
     with contextlib.suppress(OSError):  # shared with the commands' uid through the group

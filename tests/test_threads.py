@@ -5,6 +5,7 @@ mask."""
 from __future__ import annotations
 
 import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from retcon_sandbox import threads
@@ -35,13 +36,27 @@ def test_a_pool_s_threads_block_them_too() -> None:
 
 
 def test_a_command_run_from_such_a_thread_has_no_signal_blocked() -> None:
-    """The local helper, started from a thread that blocks the stop signals, inherits that mask;
-    the supervisor gives the command it runs an empty one."""
+    """The local helper, started from a thread that blocks the stop signals, clears its mask,
+    so what it starts gets every signal, whatever the shell (dash clears the mask, bash keeps
+    it): the helper's own mask (the shell's parent) and the command's are empty."""
     found: list[str] = []
 
     def run() -> None:
         with LocalBackend().open("test") as sandbox:
-            found.append(sandbox.run("grep SigBlk /proc/self/status", 60).output)
+            found.append(sandbox.run("grep SigBlk /proc/$PPID/status /proc/self/status", 60)
+                         .output)
 
     threads.start(run, "test-local").join(60)
-    assert found and found[0].split() == ["SigBlk:", "0000000000000000"]
+    assert found, "the command did not run"
+    masks = [line.split()[-1] for line in found[0].splitlines()]
+    assert masks == ["0000000000000000", "0000000000000000"], found[0]
+
+
+def test_threads_a_library_starts_in_quiet_block_the_stop_signals_too() -> None:
+    seen: list[set[int]] = []
+    with threads.quiet():
+        thread = threading.Thread(target=lambda: seen.append(blocked_here()))
+        thread.start()
+    thread.join(10)
+    assert seen and seen[0] >= threads.STOPS
+    assert not threads.STOPS & blocked_here()

@@ -5,18 +5,20 @@ Python runs signal handlers in the main thread only, between two bytecodes: when
 takes Ctrl-C while the main thread waits in a system call (a model's answer that does not come,
 a socket read), the main thread is not interrupted, and the run goes on until that call returns,
 minutes later or never. Every thread the run starts blocks these signals, so they reach the
-main thread, whose waiting call is interrupted at once.
+main thread, whose waiting call is interrupted at once. So do the threads a library starts
+inside `quiet()` (paramiko's transport, for an ssh:// engine).
 
-A process started from such a thread inherits the mask. The sandbox's supervisor gives every
-command it starts an empty one (`supervisor.spawn`), and the run's other children (git, the
-local helper) end with their work or when the run closes them, as before.
+A process started from such a thread inherits the mask. The sandbox's helper clears it when it
+starts, so the commands it runs (a project's `timeout`, `kill` or `terminate()`) get every
+signal; the run's other children (git) end with their work or when the run closes them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 STOPS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
@@ -27,12 +29,25 @@ def leave_stops_to_main() -> None:
 
 
 def start(target: Callable[[], None], name: str) -> threading.Thread:
-    """A daemon thread running `target`, started with the stop signals blocked from its first
-    instruction (a thread inherits the mask of the thread that starts it)."""
-    thread = threading.Thread(target=target, name=name, daemon=True)
+    """A daemon thread that blocks the stop signals, then runs `target`. It blocks them itself,
+    as its first step: blocking them here around the start would, on restoring the mask, raise
+    a Ctrl-C that came meanwhile after the thread started and before its caller kept it."""
+
+    def run() -> None:
+        leave_stops_to_main()
+        target()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The stop signals blocked in this thread for the block, so that the threads a library
+    starts in it inherit the block; one that came meanwhile is raised at the end."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
-        thread.start()
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-    return thread

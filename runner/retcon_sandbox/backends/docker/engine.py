@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
+from retcon_sandbox import threads
 from retcon_sandbox.backends import engines
 from retcon_sandbox.errors import ImageError, SandboxError, env_number
 
@@ -126,10 +127,11 @@ class DockerEngine:
         self.endpoint = engines.select() if endpoint is None else endpoint
         deadline = _connect_deadline()
         try:
-            self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
-                                          environment=self.endpoint.environment,
-                                          max_pool_size=_pool_size(self.endpoint.host))
-            self.client.ping()
+            with threads.quiet():  # paramiko's transport thread (ssh://) leaves Ctrl-C to us
+                self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
+                                              environment=self.endpoint.environment,
+                                              max_pool_size=_pool_size(self.endpoint.host))
+                self.client.ping()
             engines.refuse_unsupported(self.endpoint, self.client.version())
         except _connect_errors() as exc:
             raise _no_engine(exc, deadline, self.endpoint) from None
