@@ -203,9 +203,9 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
 
     The process is forked from one that imported the command line's modules once
     (`tests/forkserver.py`): what a fresh `python -m retcon_sandbox` is once its imports are
-    done, without their 0.3 to 1 s of CPU each time. A command whose environment changes what
-    the interpreter reads at start-up (`PYTHONIOENCODING`, the locale), or any command when
-    RETCON_SANDBOX_TESTS_FORK=0, starts a fresh interpreter."""
+    done, without their 0.2 to 1 s of CPU each time. A command whose environment changes what
+    is read at start-up (`PYTHONIOENCODING`, the locale), a command the server does not take,
+    or any command when RETCON_SANDBOX_TESTS_FORK=0, starts a fresh interpreter."""
     merged = {**os.environ, **(env or {})}
     server = _fork_server()
     done = server.run(list(args), cwd or NEUTRAL, merged, timeout) if server else None
@@ -224,6 +224,7 @@ def _text(data: bytes) -> str:
 
 
 _SERVER: list[ForkServer] = []  # this test process's, started at its first command
+_SERVER_ENV = dict(os.environ)  # as the test process started, before any test changed it
 _SERVER_LOCK = threading.Lock()
 
 
@@ -232,7 +233,7 @@ def _fork_server() -> ForkServer | None:
         return None
     with _SERVER_LOCK:
         if not _SERVER:
-            _SERVER.append(ForkServer())
+            _SERVER.append(ForkServer(_SERVER_ENV))
         return _SERVER[0]
 
 

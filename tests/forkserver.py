@@ -1,26 +1,31 @@
 """The real command line, started without paying for an interpreter and its imports each time.
 
-The tests run `python -m retcon_sandbox` hundreds of times. Each run used to spend 0.3 to 1 s of
+The tests run `python -m retcon_sandbox` hundreds of times. Each run used to spend 0.2 to 1 s of
 CPU before doing anything: starting the interpreter, importing GitPython, docker, tomlkit and
 (for the model's commands) openai. A server process, started once per test process, imports the
-command line's modules and nothing else, runs nothing, and forks one child per command. The
-child is what a fresh `python -m retcon_sandbox` would be once its imports were done:
+command line's modules and libraries, runs nothing, and forks one child per command. The child
+is what a fresh `python -m retcon_sandbox` would be once its imports were done:
 
 - a process of its own (its own pid, start time, signal handlers and children);
 - the caller's environment, working directory, umask and standard streams (standard input
-  from /dev/null, output and error to the caller's pipes);
+  from /dev/null, output and error to the caller's pipes), and the time zone of its `TZ`;
 - the command line set by `runpy` as `-m` sets it (`sys.argv[0]` the `__main__` module's
   path, `sys.path[0]` the working directory);
+- what the command line computes once per process at import (the run's id) computed again;
 - an ordinary interpreter exit: atexit handlers, thread joins, flushed streams, the exit
   code (negative for a signal, as `subprocess` reports it).
 
 What a fork cannot give is an interpreter started under the caller's environment: variables
-read at start-up (`PYTHON*`, the locale's) keep the server's values. `ForkServer.run` refuses
-a command whose such variables differ from the server's (None), and the caller starts a real
-interpreter for it.
+read at start-up or at import (`PYTHON*`, the locale's, GitPython's, openai's log level) keep
+the server's values. `ForkServer.run` declines a command whose such variables differ from the
+server's (None), and the caller starts a real interpreter for it; it declines too when the
+server cannot be reached.
 
-Run as a script, this file is the server: `python forkserver.py` prints its socket's path on
-one line and serves until its standard input closes (the test process has ended).
+Run as a script, this file is the server: `python forkserver.py SOCKET` prints SOCKET on one line
+once it listens, and serves until its standard input closes (the test process has ended). A
+caller ends a command early by writing one byte on its connection (the server kills the child
+through its pidfd, never a pid that may have been reused); a caller that goes away ends its
+command too.
 """
 
 from __future__ import annotations
@@ -40,16 +45,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SKIP = ("retcon_sandbox.__main__", "retcon_sandbox.sandbox")  # the command; the containers' code
+LIBRARIES = ("docker", "git", "openai", "tomlkit", "tenacity")  # imported where they are used
 LENGTH = struct.Struct("!I")
 PID = struct.Struct("!q")
 CODE = struct.Struct("!i")
 STREAMS = 3  # standard input, output and error, passed with the request
+CONNECT_S = 30.0
 
 
 def read_at_start(name: str) -> bool:
-    """Whether the interpreter reads this variable when it starts (so a fork of an interpreter
-    started without it differs from one started with it)."""
-    return name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")
+    """Whether the interpreter or a library reads this variable once, when it starts or is
+    imported (so a fork of a server started without it differs from a fresh start with it)."""
+    return (name.startswith(("PYTHON", "LC_", "GIT_PYTHON_"))
+            or name in ("LANG", "LANGUAGE", "OPENAI_LOG"))
 
 
 # --- the server -------------------------------------------------------------------------------
@@ -65,15 +73,16 @@ class Request:
 
 def _receive(conn: socket.socket) -> tuple[Request, list[int]]:
     head, fds, _flags, _addr = socket.recv_fds(conn, LENGTH.size, STREAMS)
-    (size,) = LENGTH.unpack(head)
-    payload = b""
-    while len(payload) < size:
-        chunk = conn.recv(size - len(payload))
-        if not chunk:
-            raise ConnectionError("the request ended early")
-        payload += chunk
-    fields = json.loads(payload)
-    return Request(fields["args"], fields["cwd"], fields["env"], fields["umask"]), fds
+    try:
+        if len(head) != LENGTH.size or len(fds) != STREAMS:
+            raise ValueError("a request without its length or its three streams")
+        fields = json.loads(_exactly(conn, LENGTH.unpack(head)[0]))
+        return Request(list(fields["args"]), str(fields["cwd"]), dict(fields["env"]),
+                       int(fields["umask"])), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def serve(path: str) -> Request:
@@ -84,24 +93,31 @@ def serve(path: str) -> Request:
     sys.stdout.write(path + "\n")
     sys.stdout.flush()
     selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, "accept")
-    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
+    selector.register(listener, selectors.EVENT_READ, ("accept", None))
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, ("parent", None))
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, its caller)
     while True:
         for key, _ in selector.select():
-            if key.data == "parent":
+            kind, pidfd = key.data
+            if kind == "parent":
                 if not os.read(sys.stdin.fileno(), 4096):
                     sys.exit(0)
-            elif key.data == "accept":
+            elif kind == "accept":
                 conn, _addr = listener.accept()
-                request, fds = _receive(conn)
+                conn.settimeout(CONNECT_S)  # a caller that sends nothing holds no one up long
+                try:
+                    request, fds = _receive(conn)
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    print(f"forkserver: a request refused: {exc!r}", file=sys.stderr)
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
                     listener.close()
                     conn.close()
-                    for pidfd, (_pid, other) in waiting.items():
-                        os.close(pidfd)
+                    for other_pidfd, (_pid, other) in waiting.items():
+                        os.close(other_pidfd)
                         other.close()
                     _become_the_command(request, fds)
                     return request
@@ -109,13 +125,22 @@ def serve(path: str) -> Request:
                     os.close(fd)
                 pidfd = os.pidfd_open(pid)
                 waiting[pidfd] = (pid, conn)
-                selector.register(pidfd, selectors.EVENT_READ, "ended")
+                selector.register(pidfd, selectors.EVENT_READ, ("ended", pidfd))
                 _send(conn, PID.pack(pid))
+                selector.register(conn, selectors.EVENT_READ, ("caller", pidfd))
+            elif kind == "caller":  # a byte: end the command; nothing: the caller is gone
+                with contextlib.suppress(OSError):
+                    key.fileobj.recv(1)  # type: ignore[union-attr]
+                selector.unregister(key.fileobj)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             else:
-                pid, conn = waiting.pop(key.fd)
-                selector.unregister(key.fd)
-                os.close(key.fd)
+                pid, conn = waiting.pop(pidfd)
+                selector.unregister(pidfd)
+                with contextlib.suppress(KeyError):
+                    selector.unregister(conn)
                 _pid, status = os.waitpid(pid, 0)
+                os.close(pidfd)
                 _send(conn, CODE.pack(os.waitstatus_to_exitcode(status)))
                 conn.close()
 
@@ -127,6 +152,8 @@ def _send(conn: socket.socket, data: bytes) -> None:
 
 def _become_the_command(request: Request, fds: list[int]) -> None:
     """In the child: the caller's streams, directory, environment and umask."""
+    from retcon_sandbox import report
+
     for number, fd in enumerate(fds):
         os.dup2(fd, number)
         os.close(fd)
@@ -134,13 +161,15 @@ def _become_the_command(request: Request, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request.env)
     os.umask(request.umask)
+    time.tzset()
     tempfile.tempdir = None  # found again from TMPDIR and the rest, as at start-up
-    sys.path[0] = os.getcwd()  # as `python -m` puts it
+    report.RUN_ID = report.new_run_id()  # one per process
+    sys.path.insert(0, os.getcwd())  # as `python -m` puts it
     sys.argv = ["-m", *request.args]
 
 
 def _preload() -> None:
-    """Every module of the command line (what any of its commands imports when it runs)."""
+    """Every module of the command line, and the libraries its commands import when they run."""
     import importlib
     import pkgutil
 
@@ -149,14 +178,16 @@ def _preload() -> None:
     for module in pkgutil.walk_packages(retcon_sandbox.__path__, "retcon_sandbox."):
         if not module.name.startswith(SKIP):
             importlib.import_module(module.name)
+    for library in LIBRARIES:
+        importlib.import_module(library)
 
 
 def main() -> None:
     import runpy
 
+    del sys.path[0]  # this file's folder (tests/, whose `docker` package is not the SDK)
     _preload()
-    path = sys.argv[1]
-    request = serve(path)  # returns in a child only
+    request = serve(sys.argv[1])  # returns in a child only
     del request
     runpy.run_module("retcon_sandbox", run_name="__main__", alter_sys=True)
 
@@ -165,25 +196,40 @@ def main() -> None:
 
 
 class ForkServer:
-    """One server, for the process that started it; `run` may be called from several threads."""
+    """One server, for the process that started it; `run` may be called from several threads.
+    `env`: the server's environment (the test process's own, before any test changed it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         self._folder = tempfile.mkdtemp(prefix="retcon-forkserver-")
         self._path = os.path.join(self._folder, "socket")
-        self._at_start = {name: value for name, value in os.environ.items()
-                          if read_at_start(name)}
-        self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), self._path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self._folder)
+        self._log = os.path.join(self._folder, "server.log")
+        self._at_start = {name: value for name, value in env.items() if read_at_start(name)}
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), self._path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=self._folder,
+                env=env)
         assert self._proc.stdout is not None
         ready = self._proc.stdout.readline().decode().strip()
         if ready != self._path:
-            raise RuntimeError(f"the fork server did not start (it said {ready!r})")
+            self.close()
+            raise RuntimeError(f"the fork server did not start: {self.said()}")
+
+    def said(self) -> str:
+        """What the server wrote on its standard error."""
+        try:
+            return Path(self._log).read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
 
     def close(self) -> None:
         if self._proc.stdin is not None:
             self._proc.stdin.close()
-        self._proc.wait(timeout=30)
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
         for name in os.listdir(self._folder):
@@ -193,34 +239,49 @@ class ForkServer:
     def run(self, args: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> tuple[int, bytes, bytes] | None:
         """The command's exit code, output and error; None when it needs a fresh interpreter
-        (a variable read at start-up differs from the server's)."""
+        (a variable read at start-up differs from the server's) or the server does not
+        answer. `subprocess.TimeoutExpired` (with what was read) past `timeout`."""
         if {n: v for n, v in env.items() if read_at_start(n)} != self._at_start:
             return None
-        umask = os.umask(0o022)
-        os.umask(umask)
         payload = json.dumps({"args": args, "cwd": str(cwd), "env": env,
-                              "umask": umask}).encode()
+                              "umask": _umask()}).encode()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
+                conn.settimeout(CONNECT_S)
                 conn.connect(self._path)
                 socket.send_fds(conn, [LENGTH.pack(len(payload))], [stdin, out_write, err_write])
                 conn.sendall(payload)
+                _exactly(conn, PID.size)  # the child's pid: it has started
+            except OSError:
+                os.close(out_read)
+                os.close(err_read)
+                return None  # not started: the caller starts a fresh interpreter
             finally:
                 for fd in (stdin, out_write, err_write):
                     os.close(fd)
-            (pid,) = PID.unpack(_exactly(conn, PID.size))
             deadline = time.monotonic() + timeout
+            out, err, finished = _drain(out_read, err_read, deadline)
             try:
-                out, err = _drain(out_read, err_read, deadline)
+                if not finished:
+                    raise TimeoutError
                 conn.settimeout(max(deadline - time.monotonic(), 0.01))
                 (code,) = CODE.unpack(_exactly(conn, CODE.size))
-            except (TimeoutError, subprocess.TimeoutExpired):
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(args, timeout) from None
+            except TimeoutError:
+                _send(conn, b"k")  # the server kills it through its pidfd
+                raise subprocess.TimeoutExpired(["retcon_sandbox", *args], timeout, out,
+                                                err) from None
         return code, out, err
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (another thread may be reading it too)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    raise RuntimeError("no Umask in /proc/self/status")
 
 
 def _exactly(conn: socket.socket, size: int) -> bytes:
@@ -228,13 +289,14 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
     while len(data) < size:
         chunk = conn.recv(size - len(data))
         if not chunk:
-            raise ConnectionError("the fork server closed the connection")
+            raise ConnectionError("the connection ended early")
         data += chunk
     return data
 
 
-def _drain(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes]:
-    """Both pipes read to their end (every writer gone), as `communicate` reads them."""
+def _drain(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes, bool]:
+    """Both pipes read to their end (every writer gone), as `communicate` reads them, or until
+    `deadline`: what was read, and whether both ended."""
     chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
@@ -243,17 +305,18 @@ def _drain(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes]:
             while selector.get_map():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise subprocess.TimeoutExpired("", 0)
+                    break
                 for key, _ in selector.select(left):
                     data = os.read(key.fd, 65536)
                     if data:
                         chunks[key.fd].append(data)
                     else:
                         selector.unregister(key.fd)
+            finished = not selector.get_map()
         finally:
             os.close(out_fd)
             os.close(err_fd)
-    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd]), finished
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ ends."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -46,21 +48,43 @@ def test_the_caller_s_directory_and_environment_reach_the_command(
 
 
 def test_a_variable_read_at_start_up_gets_a_fresh_interpreter() -> None:
-    server = ForkServer()
+    server = ForkServer(dict(os.environ))
     try:
-        env = {**os.environ, "PYTHONIOENCODING": "ascii"}
-        assert server.run(["--version"], NEUTRAL, env, timeout=60) is None
+        for name, value in (("PYTHONIOENCODING", "ascii"), ("LC_ALL", "C"),
+                            ("GIT_PYTHON_TRACE", "1")):
+            env = {**os.environ, name: value}
+            assert server.run(["--version"], NEUTRAL, env, timeout=60) is None, name
         done = server.run(["--version"], NEUTRAL, dict(os.environ), timeout=60)
         assert done is not None and done[0] == 0 and b"retcon-sandbox" in done[1]
     finally:
         server.close()
 
 
-def test_a_command_past_its_time_limit_is_ended(tmp_path: Path) -> None:
+def test_each_forked_run_has_a_run_id_of_its_own() -> None:
+    """What the command line computes once per process at import is computed again."""
+    ids = {json.loads(cli("execute", "missing.toml", "--json").out)["run"] for _ in range(3)}
+    assert len(ids) == 3
+
+
+def test_a_garbled_request_leaves_the_server_serving() -> None:
+    server = ForkServer(dict(os.environ))
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(server._path)
+            conn.sendall(b"not a request")
+        done = server.run(["--version"], NEUTRAL, dict(os.environ), timeout=60)
+        assert done is not None and done[0] == 0
+        assert "a request refused" in server.said()
+    finally:
+        server.close()
+
+
+def test_a_command_past_its_time_limit_is_ended_with_what_it_wrote(tmp_path: Path) -> None:
     spec = demo_project.spec_text(True).replace(
         'build = "python3 -m compileall -q shop tests"', 'build = "sleep 20"')
     demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=spec)
     started = time.monotonic()
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(subprocess.TimeoutExpired) as stopped:
         cli("execute", str(demo.spec), "--sandbox", "local", "--non-interactive", timeout=5)
     assert time.monotonic() - started < 30
+    assert b"Loading spec" in (stopped.value.output or b"")

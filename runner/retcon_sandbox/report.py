@@ -28,7 +28,11 @@ class Reporter(Protocol):
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-RUN_ID = uuid.uuid4().hex[:12]  # one per process: the run's events and its final `error` share it
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+RUN_ID = new_run_id()  # one per process: the run's events and its final `error` share it
 SCHEMA = 1  # the version of the --json event format, in every event
 
 
