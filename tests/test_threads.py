@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from retcon_sandbox import threads
 from retcon_sandbox.backends.local import LocalBackend
@@ -28,7 +27,7 @@ def test_a_started_thread_blocks_the_stop_signals_and_its_starter_does_not() -> 
 
 
 def test_a_pool_s_threads_block_them_too() -> None:
-    with ThreadPoolExecutor(max_workers=2, initializer=threads.leave_stops_to_main) as pool:
+    with threads.pool(2, "test-pool") as pool:
         masks = list(pool.map(lambda _: blocked_here(), range(4)))
     assert all(mask >= threads.STOPS for mask in masks)
     assert not threads.STOPS & blocked_here()

@@ -28,6 +28,8 @@ class Reporter(Protocol):
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 

@@ -19,12 +19,13 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 STOPS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def leave_stops_to_main() -> None:
-    """Block the stop signals in the calling thread (a pool's `initializer`)."""
+    """Block the stop signals in the calling thread (`pool`'s threads' first step)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
 
 
@@ -40,6 +41,12 @@ def start(target: Callable[[], None], name: str) -> threading.Thread:
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def pool(workers: int, name: str) -> ThreadPoolExecutor:
+    """A thread pool whose threads block the stop signals."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name,
+                              initializer=leave_stops_to_main)
 
 
 @contextlib.contextmanager

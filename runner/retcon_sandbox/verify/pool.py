@@ -34,7 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
 from retcon_sandbox import threads
@@ -97,8 +97,7 @@ class _Remover:
     container left behind is reported once the batch is done, not lost with its future."""
 
     def __init__(self, workers: int) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-remove",
-                                            initializer=threads.leave_stops_to_main)
+        self._executor = threads.pool(workers, "retcon-remove")
         self._removals: list[Future[None]] = []
 
     def submit(self, close: Callable[[], None]) -> None:
@@ -174,8 +173,7 @@ class Pool:
         self._queue = deque(pending)
         workers = min(self.jobs, len(pending))
         done: queue.Queue[tuple[Item, Outcome]] = queue.Queue()
-        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="retcon-verify",
-                                      initializer=threads.leave_stops_to_main)
+        executor = threads.pool(workers, "retcon-verify")
         remover = _Remover(workers)
         futures: list[Future[None]] = [
             executor.submit(self._worker, self.engines[k % len(self.engines)], started, done,
@@ -221,8 +219,7 @@ class Pool:
         """Take trees until none is left: run one tree's commands while the next one's sandbox
         is made ready (on a thread of its own), and leave each used sandbox to the next `_open`
         (`idle`) or to `remover`."""
-        opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retcon-open",
-                                    initializer=threads.leave_stops_to_main)
+        opener = threads.pool(1, "retcon-open")
         idle: deque[_Ready] = deque()  # used sandboxes, for `_open` to wipe and fill again
         item = self._take()
         upcoming: Future[_Ready] | None = \
