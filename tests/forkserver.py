@@ -30,7 +30,8 @@ Run as a script, this file is the server: `python forkserver.py SOCKET` prints S
 once it listens, and serves until its standard input closes (the test process has ended). A
 caller ends a command early by writing one byte on its connection (the server kills the child
 through its pidfd, never a pid that may have been reused); a caller that goes away ends its
-command too.
+command too. The server removes its folder (the socket and its log) as it ends, so a test
+process that was killed leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ PID = struct.Struct("!q")
 CODE = struct.Struct("!i")
 STREAMS = 3  # standard input, output and error, passed with the request
 CONNECT_S = 30.0
+LOG = "server.log"  # beside the socket: the server's standard error
 
 
 def read_at_start(name: str) -> bool:
@@ -107,6 +109,7 @@ def serve(path: str) -> Request:
             kind, pidfd = key.data
             if kind == "parent":
                 if not os.read(sys.stdin.fileno(), 4096):
+                    _remove_folder(path)  # the test process is gone, even if it was killed
                     sys.exit(0)
             elif kind == "accept":
                 conn, _addr = listener.accept()
@@ -149,6 +152,16 @@ def serve(path: str) -> Request:
                 os.close(pidfd)
                 _send(conn, CODE.pack(os.waitstatus_to_exitcode(status)))
                 conn.close()
+
+
+def _remove_folder(path: str) -> None:
+    """The server's folder: its socket, its log and the folder itself (nothing else is in it)."""
+    folder = os.path.dirname(path)
+    for name in (path, os.path.join(folder, LOG)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(folder)
 
 
 def _send(conn: socket.socket, data: bytes) -> None:
@@ -210,7 +223,7 @@ class ForkServer:
     def __init__(self, env: dict[str, str]) -> None:
         self._folder = tempfile.mkdtemp(prefix="retcon-forkserver-")
         self._path = os.path.join(self._folder, "socket")
-        self._log = os.path.join(self._folder, "server.log")
+        self._log = os.path.join(self._folder, LOG)
         self._at_start = {name: value for name, value in env.items() if read_at_start(name)}
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
@@ -240,9 +253,7 @@ class ForkServer:
             self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
-        for name in os.listdir(self._folder):
-            os.unlink(os.path.join(self._folder, name))
-        os.rmdir(self._folder)
+        _remove_folder(self._path)  # the server removed it as it ended, unless it was killed
 
     def run(self, args: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> tuple[int, bytes, bytes] | None:

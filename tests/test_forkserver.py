@@ -88,3 +88,16 @@ def test_a_command_past_its_time_limit_is_ended_with_what_it_wrote(tmp_path: Pat
         cli("execute", str(demo.spec), "--sandbox", "local", "--non-interactive", timeout=5)
     assert time.monotonic() - started < 30
     assert b"Loading spec" in (stopped.value.output or b"")
+
+
+def test_a_server_whose_test_process_is_gone_removes_its_folder() -> None:
+    """The test process's end closes the server's standard input, however it ended (a killed
+    process runs no `close`): the server removes its socket, its log and their folder."""
+    server = ForkServer(dict(os.environ))
+    folder = Path(server._path).parent
+    assert sorted(p.name for p in folder.iterdir()) == ["server.log", "socket"]
+    assert server._proc.stdin is not None
+    server._proc.stdin.close()  # what the kernel does for a killed test process
+    assert server._proc.wait(timeout=30) == 0
+    assert not folder.exists()
+    server.close()  # and the test process's own clean-up finds nothing left to do
