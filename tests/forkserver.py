@@ -221,14 +221,14 @@ class ForkServer:
     `env`: the server's environment (the test process's own, before any test changed it)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self._folder = tempfile.mkdtemp(prefix="retcon-forkserver-")
-        self._path = os.path.join(self._folder, "socket")
-        self._log = os.path.join(self._folder, LOG)
+        folder = tempfile.mkdtemp(prefix="retcon-forkserver-")
+        self._path = os.path.join(folder, "socket")
+        self._log = os.path.join(folder, LOG)
         self._at_start = {name: value for name, value in env.items() if read_at_start(name)}
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), self._path],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=self._folder,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=folder,
                 env=env)
         assert self._proc.stdout is not None
         ready = self._proc.stdout.readline().decode().strip()
