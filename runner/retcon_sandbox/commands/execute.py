@@ -35,6 +35,7 @@ from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, make_reporter
 from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
 from retcon_sandbox.spec.history import PROVENANCE_PREFIX, Blocked, Done, next_step
+from retcon_sandbox.spec.settings import SandboxSettings
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.verify.cache import Cache
 from retcon_sandbox.verify.pool import default_jobs
@@ -117,13 +118,7 @@ def execute(options: ExecuteOptions) -> int:
     state_dir = StateDir(repo.common_dir())
     with specfile.locked(state_dir.lock_path(specfile.real)):
         spec = specfile.load()
-        revs = checks.revisions(repo, spec)
-        checks.recorded_commits(repo, spec)
-        checks.source_names(repo, revs)
-        tip = repo.branch_sha(spec.cleaned) or revs.base
-        checks.path_patterns(repo, spec, tip, revs.source)
-        check_inputs(repo, spec.sandbox, [revs.base, revs.source],
-                     f"{spec.remote} or {spec.source}")
+        revs, tip = check_spec(repo, spec)
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed
                              ).settings(spec.model) \
@@ -147,23 +142,9 @@ def execute(options: ExecuteOptions) -> int:
         cache = Cache(repo, read=not options.no_cache, trust=options.trust_notes)
         cache.check()
         environment = backend.environment() + envs.describe()
-        verifier = Verifier(Commands(settings.build, settings.test, settings.timeout,
-                                     options.skip), reporter, cache, environment,
-                            envs.prepared_id)
-        final = Verifier(Commands(settings.build, settings.test_final, settings.timeout,
-                                  options.skip), reporter, cache, environment,
-                         envs.prepared_id) \
-            if settings.test_final and "test" not in options.skip else None
+        verifier, final = verifiers(settings, options.skip, reporter, cache, environment, envs)
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
-                  RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
-                             reuse=options.reuse,
-                             strict_provenance=options.strict_provenance,
-                             accept_provenance=options.accept_provenance,
-                             adopt_branch=options.adopt_branch,
-                             base_check=options.base_check,
-                             pipeline=options.pipeline or default_pipeline(options.sandbox,
-                                                                           options.engine)),
-                  settings, envs,
+                  run_options(options), settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base, final=final)
         try:
@@ -177,6 +158,40 @@ def execute(options: ExecuteOptions) -> int:
     if not result.trees_equal:
         return EXIT_ERROR
     return EXIT_OK if result.final_passed else EXIT_STUCK
+
+
+def check_spec(repo: Repo, spec: Spec) -> tuple[checks.Revisions, str]:
+    """The spec against the repository, before anything is written: its branches, the commits
+    its history records, the source's file names, its patterns and the setup's inputs. Returns
+    the revisions and the cleaned branch's tip (the merge-base before the first commit)."""
+    revs = checks.revisions(repo, spec)
+    checks.recorded_commits(repo, spec)
+    checks.source_names(repo, revs)
+    tip = repo.branch_sha(spec.cleaned) or revs.base
+    checks.path_patterns(repo, spec, tip, revs.source)
+    check_inputs(repo, spec.sandbox, [revs.base, revs.source], f"{spec.remote} or {spec.source}")
+    return revs, tip
+
+
+def verifiers(settings: SandboxSettings, skip: frozenset[str], reporter: Reporter, cache: Cache,
+              environment: str, envs: Environments) -> tuple[Verifier, Verifier | None]:
+    """Each commit's verifier (`test`), and the finished branch's (`test_final`) when the spec
+    has one and tests are not skipped."""
+    def verifier(test: str | None) -> Verifier:
+        return Verifier(Commands(settings.build, test, settings.timeout, skip), reporter, cache,
+                        environment, envs.prepared_id)
+    final = verifier(settings.test_final) \
+        if settings.test_final and "test" not in skip else None
+    return verifier(settings.test), final
+
+
+def run_options(options: ExecuteOptions) -> RunOptions:
+    return RunOptions(squash_wip=options.squash_wip, jobs=options.jobs or default_jobs(),
+                      reuse=options.reuse, strict_provenance=options.strict_provenance,
+                      accept_provenance=options.accept_provenance,
+                      adopt_branch=options.adopt_branch, base_check=options.base_check,
+                      pipeline=options.pipeline or default_pipeline(options.sandbox,
+                                                                    options.engine))
 
 
 def needs_model(repo: Repo, spec: Spec, tip: str, source: str) -> bool:

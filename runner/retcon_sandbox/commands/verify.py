@@ -109,25 +109,12 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                           "has them.")
     cache = Cache(plan.repo, read=not args.no_cache, trust=args.trust_notes)
     cache.check()
-    run_id = uuid.uuid4().hex[:12]
-    label = StateDir(plan.repo.common_dir()).root / f"verify-{run_id}"
-    holder = replace(plan.spec, path=label) if plan.spec else \
-        Spec(label, "", "", "", settings)
-    spec_image = plan.spec.sandbox.image if plan.spec and args.image is None else None
-    given = tuple(args.engine or ())
-    backends = make_backends(args.sandbox, holder, settings, access, spec_image, plan.repo, given)
-    backend = backends[0]
-    source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
-    runs = plan.rows[-1].sha if plan.rows else None  # the range's code: its cache (not the spec's)
-    envs = Environments(plan.repo, backend, settings, access.setup, reporter, source,
-                        fresh=bool(args.no_cache), runs=runs)
-    more = [Environments(plan.repo, other, settings, access.setup, reporter, source,
-                         fresh=bool(args.no_cache), git_lock=envs.git_lock, runs=runs)
-            for other in backends[1:]]
+    envs, more = environments(args, plan, access, reporter)
+    backend = envs.backend
     environment = backend.environment() + envs.describe()
     verifier = Verifier(commands, reporter, cache, environment, envs.prepared_id)
     jobs = args.jobs or default_jobs()
-    engine = engine_in_use(args.sandbox, given)
+    engine = engine_in_use(args.sandbox, tuple(args.engine or ()))
     reporter.emit("verify_start", range=plan.label, commits=len(plan.rows), jobs=jobs,
                   sandbox=backend.describe(), engine=engine, environment=environment, cache=REF,
                   no_cache=bool(args.no_cache), trust_notes=bool(args.trust_notes),
@@ -143,6 +130,45 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                        + f"  Cache: {REF} ({cache_mode(args)}; environment {environment})\n"),
               flush=True)
     display.begin()
+    pool = run_pool(args, plan, envs, more, verifier, jobs, display)
+    reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, reuse=pool.reuse,
+                  prepare="command" if pool.prepare_with_command else "exec",
+                  engines=pool.spread,
+                  seconds=pool.phases.summary(), counts=pool.phases.counts)
+    if verifier.cache is not None and verifier.cache.problem:
+        reporter.emit("warning", message="results were not cached: "
+                      + verifier.cache.problem)
+    seconds = time.monotonic() - started
+    code = display.end(seconds)
+    outputs.finish(plan.label, plan.rows, seconds)
+    return code
+
+
+def environments(args: argparse.Namespace, plan: Plan, access: hostaccess.HostAccess,
+                 reporter: Reporter) -> tuple[Environments, list[Environments]]:
+    """The first engine's environments (its backend runs the pool's own sandboxes), and one
+    more for each further `--engine`, sharing its git lock."""
+    settings = plan.settings
+    label = StateDir(plan.repo.common_dir()).root / f"verify-{uuid.uuid4().hex[:12]}"
+    holder = replace(plan.spec, path=label) if plan.spec else \
+        Spec(label, "", "", "", settings)
+    spec_image = plan.spec.sandbox.image if plan.spec and args.image is None else None
+    backends = make_backends(args.sandbox, holder, settings, access, spec_image, plan.repo,
+                             tuple(args.engine or ()))
+    source = plan.spec.source if plan.spec else plan.rows[-1].sha if plan.rows else "HEAD"
+    runs = plan.rows[-1].sha if plan.rows else None  # the range's code: its cache (not the spec's)
+    envs = Environments(plan.repo, backends[0], settings, access.setup, reporter, source,
+                        fresh=bool(args.no_cache), runs=runs)
+    more = [Environments(plan.repo, other, settings, access.setup, reporter, source,
+                         fresh=bool(args.no_cache), git_lock=envs.git_lock, runs=runs)
+            for other in backends[1:]]
+    return envs, more
+
+
+def run_pool(args: argparse.Namespace, plan: Plan, envs: Environments,
+             more: list[Environments], verifier: Verifier, jobs: int, display: Display) -> Pool:
+    """Every distinct tree of the range once, `jobs` at a time; each row of a tree shows its
+    outcome as it comes."""
     by_tree: dict[str, list[Row]] = {}
     for row in plan.rows:
         by_tree.setdefault(row.tree, []).append(row)
@@ -163,17 +189,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     pool = Pool(plan.repo, envs, verifier, jobs, more, reuse=not args.no_reuse)
     items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0)) for row in plan.rows]
     pool.run(items, on_done, on_start, display.tick)
-    reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, reuse=pool.reuse,
-                  prepare="command" if pool.prepare_with_command else "exec",
-                  engines=pool.spread,
-                  seconds=pool.phases.summary(), counts=pool.phases.counts)
-    if verifier.cache is not None and verifier.cache.problem:
-        reporter.emit("warning", message="results were not cached: "
-                      + verifier.cache.problem)
-    seconds = time.monotonic() - started
-    code = display.end(seconds)
-    outputs.finish(plan.label, plan.rows, seconds)
-    return code
+    return pool
 
 
 def shard_event(plan: Plan) -> dict[str, int] | None:
