@@ -626,7 +626,21 @@ class Helper:
             os.unlink(path)
         except FileNotFoundError:
             raise ToolError(f"{req.path} does not exist") from None
+        self._remove_empty_parents(path)
         return DeleteResponse(summary=f"Deleted {req.path}")
+
+    def _remove_empty_parents(self, path: str) -> None:
+        """As a checkout does: the folders the deletion left empty go too, up to the root (git
+        keeps no empty folder, and a test may look for one). `rmdir` removes only an empty
+        folder, never follows a symlink, and stops at the first that is not (a build's files
+        stay)."""
+        parent = os.path.dirname(path)
+        while parent != self.ws.root and parent.startswith(self.ws.root + os.sep):
+            try:
+                os.rmdir(parent)
+            except OSError:
+                return
+            parent = os.path.dirname(parent)
 
     def op_list(self, req: ListRequest, payload: bytes) -> ListResponse:
         base = self.ws.for_read(req.path) if req.path else self.ws.root

@@ -19,6 +19,8 @@ from retcon_sandbox.repo.gitrepo import FileChange, PendingTree, Repo, TreeEntry
 from retcon_sandbox.text import restore_undecodable
 
 DIFF_CAP = 200_000
+REGULAR = ("100644", "100755")
+SYMLINK = "120000"
 
 
 Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
@@ -68,6 +70,9 @@ class WorkState:
         self._changes: dict[str, FileChange] = {}
         self._tree: str | None = None  # `tree()` until the record changes again
         self._source_names: set[str] | None = None
+        # Every folder of the base tree or of a path written since: a superset of the recorded
+        # tree's (a folder emptied since stays in it, which costs at most a new sandbox).
+        self._folders: set[str] | None = None
 
     @property
     def box(self) -> Sandbox:
@@ -107,10 +112,13 @@ class WorkState:
         self._base_entries = self.repo.ls_tree(tree)
         self._changes.clear()
         self._tree = tree
+        self._folders = None
 
     def _change(self, change: FileChange) -> None:
         self._changes[change.path] = change
         self._tree = None
+        if self._folders is not None and change.entry is not None:
+            self._folders.update(_folders_of(change.path))
 
     def _mode(self, path: str) -> str:
         current = self._changes.get(path)
@@ -121,14 +129,42 @@ class WorkState:
 
     def put(self, path: str, entry: TreeEntry | None) -> None:
         """Set `path` to a blob already in the repository (or delete it): `paths` commits. An open
-        sandbox gets the change too; one opened later loads it with the tree."""
+        sandbox gets the change too when it is one plain write or delete; after any other (a
+        file's type changes, a submodule, a file where a folder was) it is let go, and the next
+        use opens one holding the recorded tree, as a checkout of it would be."""
         if self._box is not None:
-            if entry is None:
+            if not self._plain(path, entry):
+                self._box = None
+            elif entry is None:
                 self._box.delete_file(path, exact=True)
             else:
                 self._box.write_file(path, self.repo.blob_chunks(entry.sha, self.max_file_size),
                                      entry.mode, exact=True)
         self._change(FileChange(path, entry))
+
+    def _plain(self, path: str, entry: TreeEntry | None) -> bool:
+        """Whether the open sandbox takes this change as one write or delete: a file or symlink
+        written over a regular file or over nothing, or a regular file deleted, with no folder,
+        symlink or submodule at the path or above it in the recorded tree."""
+        old = self._entry(path)
+        if old is None and entry is None:
+            return False  # nothing recorded to delete: let the record decide
+        if old is not None and old.mode not in REGULAR:
+            return False
+        if entry is not None and entry.mode not in (*REGULAR, SYMLINK):
+            return False
+        if any(self._entry(folder) is not None for folder in _folders_of(path)):
+            return False
+        if old is not None:
+            return True
+        if self._folders is None:
+            self._folders = {f for name in self._base_entries for f in _folders_of(name)}
+        return path not in self._folders
+
+    def _entry(self, path: str) -> TreeEntry | None:
+        if path in self._changes:
+            return self._changes[path].entry
+        return self._base_entries.get(path)
 
     def write_file(self, path: str, content: str) -> str:
         path = self._path(path)
@@ -186,6 +222,12 @@ class WorkState:
             return (diff[: DIFF_CAP // 2] + f"\n[... {len(diff) - DIFF_CAP} characters omitted: "
                     "call read_diff with a path ...]\n" + diff[-DIFF_CAP // 2 :])
         return diff
+
+
+def _folders_of(path: str) -> list[str]:
+    """`a/b/c` -> `a`, `a/b`."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _checked(path: str) -> str:
