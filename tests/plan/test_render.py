@@ -54,10 +54,22 @@ def test_a_path_pattern_matches_its_own_name() -> None:
     from retcon_sandbox.plan.render import path_pattern
 
     names = ["a[1].py", "a*.py", "q?.py", " lead.txt", "trail.txt ", "new\nline.py", "x/y.py",
-             "d/[x]/*.md", "tab\t.md", "del\x7f"]
+             "d/[x]/*.md", "tab\t.md", "del\x7f", b"caf\xe9.txt".decode("utf-8", "surrogateescape")]
     for name in names:
         entry = path_pattern(name)
         assert pattern(entry) == entry  # a valid `paths` entry, unchanged by normalisation
         assert Patterns((entry,)).matches(name), (name, entry)
     assert path_pattern("a*.py") == "a[*].py" and not Patterns(("a[*].py",)).matches("ab.py")
     assert path_pattern("plain/name.py") == "plain/name.py"
+
+
+def test_a_name_that_is_not_utf8_is_written_as_a_pattern_a_spec_can_hold() -> None:
+    """Its byte is `?` in `paths`: the spec is UTF-8 text, and it still names that file."""
+    from retcon_sandbox.paths import Patterns
+
+    name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    text = spec_text(Branches("a", "b", "c"), [Group((name,), "m", "h", "code")], Commands(),
+                     "draft")
+    parsed = parse(Path("spec.toml"), text.encode("utf-8").decode("utf-8"))
+    assert parsed.commits[0].paths == ("caf?.txt",)
+    assert Patterns(parsed.commits[0].paths).matches(name)

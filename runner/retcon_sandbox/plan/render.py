@@ -56,14 +56,15 @@ def toml_string(value: str) -> str:
 
 def path_pattern(path: str) -> str:
     """A `paths` entry that matches `path` itself: glob characters are bracketed (`[*]`), and a
-    character a `paths` entry cannot hold as such (`[`, a control character, a space at either
-    end) is `?`, which matches any one character. So it may match another name too: the command
-    checks the written spec's coverage of the changed files before it writes it."""
+    character a `paths` entry cannot hold as such (`[`, a control character, a byte that is not
+    UTF-8, held as a lone surrogate, a space at either end) is `?`, which matches any one
+    character. So it may match another name too: the command checks the written spec's coverage
+    of the changed files before it writes it."""
     out = []
     for char in path:
         if char in "*?":
             out.append(f"[{char}]")
-        elif char == "[" or control_character(char):
+        elif char == "[" or control_character(char) or 0xD800 <= ord(char) <= 0xDFFF:
             out.append("?")
         else:
             out.append(char)
