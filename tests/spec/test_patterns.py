@@ -129,3 +129,17 @@ def test_a_pattern_matching_nothing_is_named_before_the_run(tmp_path: Path) -> N
     assert demo.spec.read_bytes() == before
     assert "feature-clean" not in demo.git("branch", "--list")
     assert "Commit 1/4" not in result.out
+
+
+def test_a_pattern_matching_nothing_on_an_existing_cleaned_branch_names_the_two_trees(
+        tmp_path: Path) -> None:
+    """The paths an existing cleaned branch carries no longer differ: the hint lists what does
+    (the branch's tip against the source, not the merge-base's diff) and says why."""
+    demo = make_demo(tmp_path / "repo", with_paths=True, spec_text=spec_with(PATTERN_SPEC))
+    demo.git("branch", "feature-clean", "feature")  # as if an earlier run had carried it all
+    result = cli("execute", str(demo.spec), "--sandbox", "local", "--non-interactive",
+                 "--adopt-branch")
+    assert result.code == 1, result.out + result.err
+    assert "git diff --name-only feature-clean feature" in result.err
+    assert "main...feature" not in result.err
+    assert "The cleaned branch already exists" in result.err

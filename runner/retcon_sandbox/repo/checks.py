@@ -134,11 +134,15 @@ def path_patterns(repo: Repo, spec: Spec, tip: str, source: str) -> None:
             continue
         unmatched = Patterns(commit.paths).unmatched(remaining)
         if unmatched:
+            exists = repo.branch_sha(spec.cleaned) is not None
+            # two trees (the cleaned branch's tip), or the merge-base's (three dots) before it
+            listing = f"{spec.cleaned} {spec.source}" if exists else \
+                f"{spec.remote}...{spec.source}"
             raise SpecError(
                 f"{spec.path.name}: [[commit]] #{commit.number} → paths: "
                 + ", ".join(repr(p) for p in unmatched) + f" match(es) no path that differs "
                 f"between {spec.cleaned} and {spec.source}",
-                "Check the spelling; `git diff --name-only "
-                f"{spec.cleaned if repo.branch_sha(spec.cleaned) else spec.remote}...{spec.source}"
-                "` lists the paths. Patterns use git's glob rules: `docs/**`, `*.md`, "
-                "`src/**/test_*.py`.")
+                ("The cleaned branch already exists: what its commits carry no longer differs "
+                 "(a branch left by an earlier run? delete it to start over). " if exists else "")
+                + f"Check the spelling; `git diff --name-only {listing}` lists the paths. "
+                "Patterns use git's glob rules: `docs/**`, `*.md`, `src/**/test_*.py`.")
