@@ -241,3 +241,37 @@ def test_the_package_cache_follows_what_setup_runs_not_what_it_reads() -> None:
     # nor between branches: code a setup runs unnamed (setup.py) could plant what the next
     # setup installs, so another branch's setups never read this one's cache
     assert cache(tree, source="untrusted-pr") != same
+
+
+def test_what_setup_runs_through_modules_imports_and_install_scripts_is_keyed() -> None:
+    """A file setup runs keys the environment however it is reached: `python -m`, an import
+    of the script it runs (from the script's folder or the root, relative or not), npm's
+    install scripts, a path in quotes or behind `cd` and `..`. Files it never runs do not."""
+    tree = Blobs(tools__prep_dot_py=b"import helper\nfrom lib.util import x\nfrom . import z\n",
+                 tools__helper_dot_py=b"X = 1\n", lib__util_dot_py=b"x = 1\n",
+                 tools__z_dot_py=b"z = 1\n",
+                 package_dot_json=b'{"scripts": {"postinstall": "node scripts/post.js", '
+                                  b'"test": "node t.js"}}',
+                 scripts__post_dot_js=b"p = 1\n", t_dot_js=b"t = 1\n", src__app_dot_py=b"a = 1\n",
+                 **{"a/my dir/s.sh": b"s = 1\n", "a/b/c.sh": b"c = 1\n"})
+    runs = [
+        ("python3 -m tools.prep", "tools/helper.py"),
+        ("python3 -m tools.prep", "lib/util.py"),
+        ("python3 tools/prep.py", "tools/helper.py"),
+        ("python3 tools/prep.py", "tools/z.py"),
+        ("npm ci", "scripts/post.js"),
+        ("sh 'a/my dir/s.sh'", "a/my dir/s.sh"),
+        ("cd tools && sh ../a/b/c.sh", "a/b/c.sh"),
+    ]
+    for command, path in runs:
+        setup = (command,)
+        assert tree.edited(path, b"1", b"2").key(setup) != tree.key(setup), (command, path)
+        for unrelated in ("src/app.py", "t.js"):
+            assert tree.edited(unrelated, b"1", b"2").key(setup) == tree.key(setup), \
+                (command, unrelated)
+
+
+def test_a_tox_table_keys_the_environment() -> None:
+    tree = Blobs(pyproject_dot_toml=PYPROJECT + b'[tool.tox]\nenv_list = ["py311"]\n')
+    assert tree.edited("pyproject.toml", b"py311", b"py312").key(("tox --notest",)) != \
+        tree.key(("tox --notest",))

@@ -797,6 +797,16 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, 
 
 
 _WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
+_QUOTED = re.compile(r"'([^'\n]+)'|\"([^\"\n]+)\"")  # a quoted word may hold spaces
+# Python's imports: `import a.b, c` and `from .a.b import c, d` (a module or a package's names)
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w \t,]+)|"
+                     r"import[ \t]+([\w. \t,]+))", re.MULTILINE)
+# A tool a setup command runs may run files no word names: a crate's build script, npm's
+# lifecycle scripts (`package.json` "postinstall", read for the files they name in turn).
+_TOOL_FILES = {"cargo": ("build.rs",)}
+_NODE_TOOLS = ("npm", "npx", "yarn", "pnpm")
+_LIFECYCLE = ("preinstall", "install", "postinstall", "prepublish", "preprepare", "prepare",
+              "postprepare", "dependencies")
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _SCANNED = 64  # named files whose text is read for the files they name in turn
 _SCAN_LIMIT = 256 * 1024
@@ -817,22 +827,91 @@ def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
     found: set[str] = set(also)
     for command in setup:
         found.update(_named_by(command, [""]))
+        if read is not None and any(w.rsplit("/", 1)[-1] in _NODE_TOOLS
+                                    for w in _WORD.findall(command)):
+            found.update(_lifecycle_named(entries, read))
     return _followed(found, entries, link, read)
 
 
-def _named_by(text: str, directories: list[str]) -> set[str]:
+def _lifecycle_named(entries: dict[str, TreeEntry], read: ReadBlob) -> set[str]:
+    """What the install scripts of each package.json name (npm runs them on `npm ci`), from
+    that file's directory; the scripts' text itself keys the environment with the file."""
+    found: set[str] = set()
+    for path, entry in entries.items():
+        if path.rsplit("/", 1)[-1] != "package.json" or entry.mode not in manifests.REGULAR:
+            continue
+        data = read(entry.sha)
+        try:
+            scripts = json.loads(data or b"{}").get("scripts")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(scripts, dict):
+            continue
+        directory = path.rpartition("/")[0]
+        for name in _LIFECYCLE:
+            if isinstance(scripts.get(name), str):
+                found.update(_named_by(scripts[name], [directory]))
+    return found
+
+
+def _named_by(text: str, directories: list[str], python: bool = False) -> set[str]:
+    """The paths `text` names from the root or from `directories` (a `cd` adds its own): its
+    words and quoted words, `-m` modules, the files of the tools it runs, and (`python`) the
+    modules it imports."""
     found: set[str] = set()
     directories = list(directories)
     words = _WORD.findall(text)
     for previous, word in zip(["", *words], words, strict=False):
         candidates = {word, word[2:]} if word.startswith("-") and len(word) > 2 else {word}
+        if previous == "-m":
+            candidates.update(_module_paths(word))
         for path in filter(None, map(_normal, candidates)):
             if previous == "cd":
                 directories.append(path if path != "." else "")
-            found.update(filter(None, (_normal(_joined(d, path)) for d in directories)))
-        if word.rsplit("/", 1)[-1] in ("make", "gmake"):
+        found.update(_under(directories, candidates))
+        tool = word.rsplit("/", 1)[-1]
+        if tool in ("make", "gmake"):
             found.update(_joined(d, name) for d in directories for name in _MAKEFILES)
+        found.update(_joined(d, name) for d in directories for name in _TOOL_FILES.get(tool, ()))
+    quoted = {a or b for a, b in _QUOTED.findall(text)}
+    found.update(_under(directories, quoted))
+    if python:
+        found.update(_under(directories, _imported(text)))
     found.discard(".")
+    return found
+
+
+def _under(directories: list[str], words: set[str]) -> set[str]:
+    """Each word as a path from each directory (`..` resolved after joining), if it can be."""
+    return {path for word in words if not word.startswith(("/", "~"))
+            for d in directories if (path := _normal(_joined(d, word)))}
+
+
+def _module_paths(name: str) -> set[str]:
+    """`a.b` -> `a/b.py` and the package folder `a/b` (every file under it)."""
+    if not re.fullmatch(r"[\w.]+", name) or name.startswith("."):
+        return set()
+    path = name.strip(".").replace(".", "/")
+    return {f"{path}.py", path} if path else set()
+
+
+def _imported(text: str) -> set[str]:
+    """The modules a Python file imports, as paths from its directories: `import a.b`,
+    `from a import b` (b may be a module), `from .a import b` (relative: `./a`, `../a`)."""
+    found: set[str] = set()
+    for dots, module, names, plain in _IMPORT.findall(text):
+        if plain:
+            for name in re.split(r"[\s,]+", plain.strip()):
+                found.update(_module_paths(name.split(" as ")[0]))
+            continue
+        up = "../" * max(len(dots) - 1, 0)
+        base = f"{up}{module.replace('.', '/')}".rstrip("/") if module else up.rstrip("/")
+        if module:
+            found.update(f"{up}{p}" for p in _module_paths(module))
+        for name in re.split(r"[\s,]+", names.strip()):
+            if re.fullmatch(r"\w+", name):
+                found.update({f"{base}/{name}.py", f"{base}/{name}"} if base else
+                             {f"{name}.py", name})
     return found
 
 
@@ -863,8 +942,8 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
             data = read(entry.sha)
             if data is not None and len(data) <= _SCAN_LIMIT and b"\0" not in data:
                 text = data.decode("utf-8", "replace")
-                pending.extend(sorted(_named_by(text, ["", directory] if directory else [""])
-                                      - named))
+                pending.extend(sorted(_named_by(text, ["", directory] if directory else [""],
+                                                python=path.endswith(".py")) - named))
     return named
 
 

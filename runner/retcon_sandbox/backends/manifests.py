@@ -24,8 +24,9 @@ WHOLE = ""
 
 # What never changes what an installer (pip, uv, poetry, cargo fetch) does: the package's own
 # version and descriptive metadata, and the settings of tools that lint, format, test or
-# release. Everything else of the file keys the environment, so a table nobody listed here
-# (a build hook, `[tool.setuptools] cmdclass`, Cargo's `build`, `links`, `[profile]`) does.
+# release (not tox's: its table lists environments and what they install). Everything else of
+# the file keys the environment, so a table nobody listed here (a build hook,
+# `[tool.setuptools] cmdclass`, Cargo's `build`, `links`, `[profile]`) does.
 PYPROJECT: frozenset[tuple[str, ...]] = frozenset({
     ("project", "version"), ("project", "description"), ("project", "keywords"),
     ("project", "classifiers"), ("project", "urls"), ("project", "authors"),
@@ -34,7 +35,7 @@ PYPROJECT: frozenset[tuple[str, ...]] = frozenset({
         "ruff", "black", "isort", "mypy", "pyright", "pylint", "flake8", "pytest", "coverage",
         "codespell", "bandit", "pydocstyle", "docformatter", "towncrier", "bumpversion",
         "commitizen", "semantic_release", "tbump", "interrogate", "vulture", "yapf",
-        "autopep8", "pycln", "pyupgrade", "tox", "cibuildwheel", "pytype", "deptry")),
+        "autopep8", "pycln", "pyupgrade", "cibuildwheel", "pytype", "deptry")),
 })
 CARGO: frozenset[tuple[str, ...]] = frozenset({
     ("package", "version"), ("package", "description"), ("package", "keywords"),
