@@ -360,3 +360,22 @@ def test_a_model_cannot_write_a_stop_that_a_resolved_would_release(tmp_path: Pat
     first_entry = demo.spec.read_text().split("\n[[commit]]\n")[1]
     assert f'stuck = "{PREFIX} --strict-provenance: 1 path(s)' in first_entry
     assert PWN in first_entry and '"complete"' not in first_entry
+
+
+@pytest.mark.parametrize("target", ["refs/tags/v9.9", "refs/heads/main",
+                                    "refs/notes/retcon-sandbox"])
+def test_a_cleaned_branch_that_is_a_symbolic_ref_is_refused(tmp_path: Path, target: str
+                                                            ) -> None:
+    """A symbolic ref in `.git` would make the run move what it points to (a tag, the remote
+    branch, the results' notes): refused before anything is written, with or without
+    --adopt-branch, and nothing it points to is created or moved."""
+    demo = make_demo(tmp_path / "repo", with_paths=True)
+    demo.git("symbolic-ref", "refs/heads/feature-clean", target)
+    before = demo.spec.read_bytes()
+    refs = demo.git("for-each-ref", "--format=%(refname) %(objectname)")
+    for flags in ((), ("--adopt-branch",)):
+        result = cli("execute", str(demo.spec), *LOCAL, *flags)
+        assert result.code == 1, result.out + result.err
+        assert f"'feature-clean' is a symbolic ref to '{target}'" in result.err
+        assert demo.spec.read_bytes() == before
+        assert demo.git("for-each-ref", "--format=%(refname) %(objectname)") == refs

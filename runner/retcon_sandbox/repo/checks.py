@@ -18,6 +18,7 @@ from retcon_sandbox.spec.history import (
     commits_created,
     next_step,
 )
+from retcon_sandbox.text import sanitize
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,12 @@ def revisions(repo: Repo, spec: Spec) -> Revisions:
     if problem:
         raise SpecError(f"{name}: cleaned: {spec.cleaned!r} is not a valid branch name "
                         f"({problem})")
+    target = repo.symbolic_target(f"refs/heads/{spec.cleaned}")
+    if target is not None:
+        raise GitError(f"the cleaned branch {spec.cleaned!r} is a symbolic ref to "
+                       f"{sanitize(target)!r}: moving it would move that ref instead",
+                       "Name another cleaned branch, or remove the symbolic ref "
+                       f"(git symbolic-ref --delete refs/heads/{spec.cleaned}).")
     source = repo.resolve(spec.source)
     remote = repo.resolve(spec.remote)
     for key, ref in (("source", spec.source), ("remote", spec.remote)):

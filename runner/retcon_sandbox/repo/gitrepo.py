@@ -223,6 +223,13 @@ class Repo:
             return False
         return True
 
+    def symbolic_target(self, ref: str) -> str | None:
+        """What `ref` points to when it is a symbolic ref (a `ref: refs/...` file), else None."""
+        try:
+            return self._git("symbolic-ref", "-q", "--no-recurse", ref) or None
+        except GitError:
+            return None
+
     def checked_out_at(self, branch: str) -> str | None:
         """The worktree (main or linked) that has `branch` checked out, if any."""
         out = self._git("worktree", "list", "--porcelain", "-z", strip=False)
@@ -455,8 +462,9 @@ class Repo:
     def update_branch(self, branch: str, new: str, old: str | None, reason: str) -> None:
         """Compare-and-swap: move refs/heads/<branch> to `new` only if it is still at `old`."""
         try:
-            self._git("update-ref", *(() if old else ("--create-reflog",)), "-m",
-                      f"retcon-sandbox: {reason}", f"refs/heads/{branch}", new, old or ZERO)
+            self._git("update-ref", "--no-deref", *(() if old else ("--create-reflog",)),
+                      "-m", f"retcon-sandbox: {reason}", f"refs/heads/{branch}", new,
+                      old or ZERO)
         except GitError as exc:
             lock = self._ref_lock(branch)
             if os.path.lexists(lock):
@@ -643,7 +651,8 @@ class Repo:
         args = ["commit-tree", tree, "-F", "-"] + (["-p", old] if old else [])
         new = self._git(*args, stdin=(message + "\n").encode(), env=self._identity())
         try:
-            self._git("update-ref", "-m", f"retcon-sandbox: {message}", ref, new, old or ZERO)
+            self._git("update-ref", "--no-deref", "-m", f"retcon-sandbox: {message}", ref, new,
+                      old or ZERO)
         except GitError as exc:
             if self.ref_sha(ref) != old:
                 return None  # another writer moved it: the caller reads again and retries
