@@ -249,3 +249,24 @@ def test_a_setup_input_that_matches_no_file_is_refused(demo: Demo) -> None:
     result = refused(edited(demo, "[sandbox]", '[sandbox]\nsetup = "true"\n'
                             'setup_inputs = ["requirements/nope*.txt"]'))
     assert "[sandbox] → setup_inputs: 'requirements/nope*.txt' match(es) no file" in result.err
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (("--timeout", "100000"), "--timeout: must be from 1 to 86400"),
+    (("--cpus", "5000"), "--cpus: must be from"),
+    (("--pids", "10000000"), "--pids: must be from"),
+    (("--memory", "abc"), "--memory: expected a size with a unit"),
+    (("--memory", "9" * 400 + "g"), "--memory: must be from"),
+    (("--tmp-size", "1k"), "--tmp-size: must be from"),
+    (("--test", " "), "--test:"),
+])
+def test_a_refused_command_line_setting_is_a_usage_error_naming_the_option(
+        demo: Demo, flags: tuple[str, ...], named: str) -> None:
+    before = demo.spec.read_bytes()
+    for command in (("execute", str(demo.spec), *LOCAL), ("verify", "--spec", str(demo.spec),
+                                                          "--sandbox", "local")):
+        result = cli(*command, *flags, cwd=demo.path)
+        assert result.code == 2, result.out + result.err
+        assert named in result.err and "internal error" not in result.err
+    assert demo.spec.read_bytes() == before
+    assert "feature-clean" not in git(demo.path, "branch", "--list")

@@ -183,7 +183,7 @@ def sandbox_settings(spec: Spec, image: str | None, build: str | None, test: str
         settings = spec.sandbox.replace(**overrides)
     except SettingError as exc:
         key, message = exc.args
-        raise UsageError(f"--{key}: {message}") from None
+        raise UsageError(f"--{key.replace('_', '-')}: {message}") from None
     for key, value in overrides.items():
         if value is not None and value != getattr(spec.sandbox, key):
             reporter.emit("override", key=key, value=value, spec=getattr(spec.sandbox, key))

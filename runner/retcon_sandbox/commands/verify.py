@@ -256,7 +256,7 @@ def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
                                 timeout=args.timeout, **limit_options(args))
     except SettingError as exc:
         key, message = exc.args
-        raise UsageError(f"--{key}: {message}") from None
+        raise UsageError(f"--{key.replace('_', '-')}: {message}") from None
 
 
 def spec_range(repo: Repo, spec: Spec) -> tuple[str, list[tuple[str, str, str]]]:

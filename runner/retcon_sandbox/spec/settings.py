@@ -39,20 +39,25 @@ def size(floor: int, ceiling: int) -> Callable[[object], int]:
         if not match:
             raise SettingError(f"expected a size with a unit, like \"512m\" or \"2g\" (from "
                                f"{human_bytes(floor)} to {human_bytes(ceiling)})")
-        n = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-        if not floor <= n <= ceiling:
+        scaled = float(match.group(1)) * _UNITS[match.group(2).lower()]
+        if not math.isfinite(scaled) or not floor <= int(scaled) <= ceiling:
             raise SettingError(f"must be from {human_bytes(floor)} to {human_bytes(ceiling)}")
-        return n
+        return int(scaled)
     return parse
 
 
 def number(floor: float, ceiling: float, integer: bool = False) -> Callable[[object], float]:
     def parse(value: object) -> float:
         ok = isinstance(value, int) if integer else isinstance(value, int | float)
-        if not ok or isinstance(value, bool) or not math.isfinite(float(value)):  # type: ignore[arg-type]
+        if not ok or isinstance(value, bool) or \
+                (isinstance(value, float) and not math.isfinite(value)):
             raise SettingError(f"expected {'a whole number' if integer else 'a number'} from "
                                f"{floor:g} to {ceiling:g}")
-        if not floor <= float(value) <= ceiling:  # type: ignore[arg-type]
+        try:
+            as_float = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an integer too large for a float
+            as_float = math.inf
+        if not math.isfinite(as_float) or not floor <= as_float <= ceiling:
             raise SettingError(f"must be from {floor:g} to {ceiling:g}")
         return value  # type: ignore[return-value]
     return parse
@@ -226,7 +231,10 @@ class SandboxSettings:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in overrides.items():
             if value is not None:
-                values[key] = COMMAND_LINE.get(key, BY_KEY[key].parse)(value)
+                try:
+                    values[key] = COMMAND_LINE.get(key, BY_KEY[key].parse)(value)
+                except SettingError as exc:
+                    raise SettingError(key, str(exc)) from None
         return SandboxSettings(**values)
 
 
