@@ -189,3 +189,31 @@ def test_names_that_look_like_patterns_or_hold_controls_are_taken_exactly(tmp_pa
     check = cli("plan", "--check", str(spec), "--json", cwd=tmp_path / "r")
     event = json.loads(check.out)
     assert check.code == 0 and event["complete"] and not event["uncovered"], check.out
+
+
+def test_the_remote_is_never_the_sources_own_copy_and_a_newer_main_wins(tmp_path: Path
+                                                                       ) -> None:
+    """A pushed feature tracks origin/feature: that is the branch itself, not what it merges
+    into. A local main older than the origin/main the branch merged would make the
+    teammates' commits part of the plan: origin/main shares more history, so it is chosen."""
+    repo = tmp_path / "r"
+    CALC.create(repo)
+    git(repo, "update-ref", "refs/remotes/origin/feature", "feature~1")
+    git(repo, "config", "branch.feature.remote", "origin")
+    git(repo, "config", "branch.feature.merge", "refs/heads/feature")
+    result = cli("plan", "--source", "feature", cwd=repo)
+    assert result.code == 0, result.err
+    assert tomllib.loads(result.out)["remote"] == "main"
+    git(repo, "checkout", "-q", "-b", "teammate", "main")
+    (repo / "team.txt").write_text("theirs\n")
+    git(repo, "add", "team.txt")
+    git(repo, "commit", "-q", "-m", "feat: a teammate's change")
+    git(repo, "update-ref", "refs/remotes/origin/main", "teammate")
+    git(repo, "checkout", "-q", "feature")
+    git(repo, "merge", "-q", "--no-edit", "origin/main")
+    git(repo, "checkout", "-q", "main")
+    result = cli("plan", "--source", "feature", cwd=repo)
+    assert result.code == 0, result.err
+    doc = tomllib.loads(result.out)
+    assert doc["remote"] == "origin/main"
+    assert not any("team.txt" in c["paths"] for c in doc["commit"])

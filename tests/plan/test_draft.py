@@ -147,3 +147,26 @@ def test_a_large_tangled_branch_is_planned_whole() -> None:
     where = {p: i for i, g in enumerate(groups) for p in g.paths}
     d = derive(f)
     assert all(where[q] <= where[p] for p in files for q in d.deps[p])  # each prefix can build
+
+
+def test_a_merge_subject_is_noise_and_a_conventional_subject_keeps_its_case() -> None:
+    f = facts({"app/a.py": "A"}, [("Merge branch 'main' into feature", ["app/a.py"]),
+                                  ("Merge pull request #12 from x/y", ["app/a.py"])])
+    assert [g.message for g in draft(f)] == ["Add app/a.py"]
+    f2 = facts({"app/mul.py": "A"}, [("feat: mul", ["app/mul.py"])])  # the log is not conventional
+    assert [g.message for g in draft(f2)] == ["feat: mul"]
+
+
+def test_empty_files_are_never_taken_for_a_rename() -> None:
+    """Two packages, one added and one removed, each with an empty `__init__.py`: not one
+    change (git's rename detection never pairs empty files either)."""
+    empty = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+    f = facts({"reports/__init__.py": "A", "reports/pdf.py": "A", "legacy/__init__.py": "D",
+               "legacy/old.py": "D"},
+              [("add PDF reports", ["reports/__init__.py", "reports/pdf.py"]),
+               ("remove legacy package", ["legacy/__init__.py", "legacy/old.py"])],
+              blobs={"reports/__init__.py": (None, empty), "legacy/__init__.py": (empty, None),
+                     "reports/pdf.py": (None, "b1"), "legacy/old.py": ("b2", None)})
+    groups = group_files(f)
+    assert ["reports/__init__.py", "reports/pdf.py"] in groups
+    assert ["legacy/__init__.py", "legacy/old.py"] in groups

@@ -86,8 +86,8 @@ def _repo(args: argparse.Namespace) -> Repo:
 
 
 def choose(repo: Repo, source: str | None, remote: str | None, cleaned: str | None) -> Target:
-    """Source: --source, else the current branch. Remote: --remote, else the source's upstream,
-    else `main`, else `master`. Cleaned: --cleaned, else `<source>-clean`."""
+    """Source: --source, else the current branch. Remote: --remote, else `default_remote`.
+    Cleaned: --cleaned, else `<source>-clean`."""
     if source is None:
         source = repo.current_branch()
         if source is None:
@@ -95,14 +95,7 @@ def choose(repo: Repo, source: str | None, remote: str | None, cleaned: str | No
                              "Give the messy branch: --source BRANCH.")
     source_sha = repo.resolve(source)
     if remote is None:
-        upstream = repo.upstream_of(source)
-        candidates = [upstream] if upstream else []
-        candidates += [name for name in ("main", "master") if repo.branch_sha(name)]
-        remote = next((c for c in candidates if repo.resolve(c) != source_sha), None)
-        if remote is None:
-            raise GitError(f"no branch to plan {source!r} against: it has no upstream, and "
-                           "neither main nor master exists (or they are the same commit)",
-                           "Give the branch it will merge into: --remote BRANCH.")
+        remote = default_remote(repo, source, source_sha)
     remote_sha = repo.resolve(remote)
     if remote_sha == source_sha:
         raise GitError(f"nothing to plan: {source} and {remote} are the same commit")
@@ -120,6 +113,35 @@ def choose(repo: Repo, source: str | None, remote: str | None, cleaned: str | No
             raise UsageError(f"--cleaned: {cleaned!r} is the branch {ref!r}; the cleaned branch "
                              "is rewritten, so it must be another")
     return Target(repo, Branches(source, remote, cleaned), source_sha, remote_sha, base)
+
+
+def default_remote(repo: Repo, source: str, source_sha: str) -> str:
+    """The branch the source will merge into: of its upstream (unless that is its own copy on a
+    remote, `origin/feature`), `main`, `master` and their copies on the upstream's remote and
+    `origin`, the one that shares the most history with it (the fewest commits of the source's
+    own since their merge-base: a stale local `main` loses to a newer `origin/main` the branch
+    merged). Ties go to the earlier in that order."""
+    upstream = repo.upstream_of(source)
+    own = repo.full_ref(source).removeprefix("refs/heads/") or source
+    remote_name = upstream.split("/", 1)[0] if upstream and "/" in upstream else "origin"
+    names = [upstream] if upstream and upstream.split("/", 1)[-1] != own else []
+    names += ["main", "master"] + [f"{r}/{n}" for r in dict.fromkeys((remote_name, "origin"))
+                                   for n in ("main", "master")]
+    found: list[tuple[int, int, str]] = []
+    for order, name in enumerate(dict.fromkeys(names)):
+        try:
+            sha = repo.resolve(name)
+            if sha == source_sha:
+                continue
+            ahead = len(repo.commits_in(source_sha, repo.merge_base(source_sha, sha)))
+        except GitError:  # no such branch, or no history in common
+            continue
+        found.append((ahead, order, name))
+    if not found:
+        raise GitError(f"no branch to plan {source!r} against: none of " + ", ".join(
+            dict.fromkeys(names)) + " is another commit with history in common with it",
+            "Give the branch it will merge into: --remote BRANCH.")
+    return min(found)[2]
 
 
 # --- what the planner reads ----------------------------------------------------------------

@@ -121,9 +121,16 @@ def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
 # --- grouping --------------------------------------------------------------------------------
 
 
+EMPTY_BLOBS = ("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",  # SHA-1
+               "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813")  # SHA-256
+
+
 def _renames(facts: Facts, sets: _Sets) -> None:
-    added = [c for c in facts.changes if c.status == "A"]
-    for gone in (c for c in facts.changes if c.status == "D"):
+    """A deleted file and the one added file with its content (else its name) are one change.
+    Not an empty file: every empty file has the same content, and its name (`__init__.py`)
+    says nothing of where it went, as git's own rename detection holds."""
+    added = [c for c in facts.changes if c.status == "A" and c.new_blob not in EMPTY_BLOBS]
+    for gone in (c for c in facts.changes if c.status == "D" and c.old_blob not in EMPTY_BLOBS):
         same = [a for a in added if a.new_blob and a.new_blob == gone.old_blob] or \
             [a for a in added if a.path.rsplit("/", 1)[-1] == gone.path.rsplit("/", 1)[-1]]
         if len(same) == 1:
@@ -343,7 +350,7 @@ NOISE = re.compile(
     r"^(fixup!|squash!|amend!|oops|typos?|fix(es|ed)?|fix (the |a )?(build|tests?|ci|lint|typos?"
     r"|it|stuff|things|bug)|actually fix( it)?|more( \w+)? (stuff|things|changes|work)|stuff|"
     r"changes|updates?|misc|minor|cleanup|clean up|tests?|docs?|wip|remove debug.*|debug.*|"
-    r"(address|apply) review.*|review.*|lint.*|format.*|fmt|\W*)$", re.IGNORECASE)
+    r"(address|apply) review.*|review.*|lint.*|format.*|fmt|merge\b.*|\W*)$", re.IGNORECASE)
 
 
 def conventional(subjects: Iterable[str]) -> bool:
@@ -438,7 +445,7 @@ def message_for(paths: list[str], facts: Facts, d: Derived, style: bool,
             prefix = {"test": "test", "docs": "docs"}.get(group_kind) or \
                 ("feat" if "A" in {d.status[p] for p in paths} else "refactor")
             subject = f"{prefix}: {subject[0].lower()}{subject[1:]}"
-        elif not style:
+        elif not style and not CONVENTIONAL.match(subject):  # `feat: x` keeps its case
             subject = subject[0].upper() + subject[1:]
     else:
         subject = describe(paths, facts, d, style, tested)
