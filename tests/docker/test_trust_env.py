@@ -136,6 +136,21 @@ def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
     assert disk and all(int(str(e["written"])) >= 30_000_000 for e in disk), disk
 
 
+def test_a_setup_that_writes_too_many_files_keeps_nothing(engine: DockerEngine,
+                                                          tmp_path: Path) -> None:
+    """6000 empty files take no bytes, but inodes: --setup-disk 20m allows 5120 files, counted
+    before the setup is committed, so nothing is kept."""
+    spec = project(tmp_path / "many", 'setup = "mkdir /var/tmp/many && cd /var/tmp/many && '
+                   'seq 6000 | xargs touch"\ntest = "python -m pytest -q"')
+    scope = scope_digest(repository_scope(Repo(spec.parent)))
+    code, found, log = run(spec, "--setup-disk", "20m")
+    assert code == 1, log
+    error = error_of(found)
+    assert error["kind"] == "setup" and "files, over the 5120 that --setup-disk 20m allows" \
+        in str(error["message"]), log
+    assert not prepared(found) and not engine.images_labelled(LABEL_ENV_SCOPE, scope)
+
+
 HIDDEN = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && cd $d && "  # then unreadable to others
 SIZED = {  # what setup leaves in the package cache; --setup-disk 20m allows 5120 files
     "30 MB": "head -c 30000000 /dev/urandom > big && chmod 000 $d",

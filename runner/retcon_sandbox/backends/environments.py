@@ -572,10 +572,22 @@ class Environments:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
                                  f"kept: {kept.output.strip()[-500:]}",
                                  "The image needs a writable /var/tmp.")
+            self._within_files(docker, box)
             return docker.commit_image(box, {
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
                 LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
+
+    def _within_files(self, docker: DockerBackend, box: DockerSandbox) -> None:
+        """Setup's files are held to --setup-disk before anything is kept, one per FILE_BYTES
+        of it, as the package cache's are: empty files take no bytes, but inodes."""
+        files, most = docker.files_written(box), self.policy.disk // FILE_BYTES
+        if files > most:
+            raise SetupError(f"setup wrote {files} files, over the {most} that --setup-disk "
+                             f"{human_bytes(self.policy.disk)} allows: the environment was not "
+                             "kept",
+                             "If the project needs that many, give a larger --setup-disk SIZE; "
+                             "else make [sandbox] setup write fewer files.")
 
     def _cargo(self, box: DockerSandbox, script: str, what: str) -> None:
         """Cargo keeps its downloads in $CARGO_HOME, which the image must hold for offline

@@ -353,6 +353,14 @@ class DockerEngine:
             raise EngineError(_first_line(exc)) from None
         return int(layers[0].get("Size") or 0) if layers else 0
 
+    def changes(self, container_id: str) -> int:
+        """How many paths the container added, changed or deleted in its own layer (its tmpfs
+        mounts aside): the engine lists what is in the layer, without walking the image."""
+        try:
+            return len(self.client.api.diff(container_id) or [])
+        except engine_errors() as exc:
+            raise EngineError(_first_line(exc)) from None
+
     def tag_image(self, image_id: str, repository: str, tag: str) -> None:
         try:
             if not self.client.api.tag(image_id, repository, tag):

@@ -304,6 +304,13 @@ class DockerBackend:
         except EngineError as exc:
             raise SandboxError(f"cannot keep the prepared environment: {exc}") from None
 
+    def files_written(self, box: DockerSandbox) -> int:
+        """How many files, folders and links setup made or changed outside its tmpfs mounts."""
+        try:
+            return self.engine.changes(box.container_id)
+        except EngineError as exc:
+            raise SandboxError(f"cannot measure the prepared environment: {exc}") from None
+
     def written(self, image_id: str) -> int:
         """What the setup wrote: the committed image's own layer, in bytes."""
         try:
