@@ -259,6 +259,14 @@ def stage(**changes: object) -> list[dict[str, object]]:
     {"stages": stage(which="build")}, {"stages": stage(seconds=-1)},
     {"stages": stage(extra=1)}, {"stages": stage()[:1]},  # a pass that skipped the tests
     {"stages": []}, {"timeout": 0}, {"passed": False},
+    # verdicts no run gives: an exit status over 255, a signal over 64, a timeout that did not
+    # last as long as it says, a timeout of a million seconds; made before 1970, or in 2096
+    *({"stages": stage(verdict=v, passed=False, timed_out="timed" in v), "passed": False,
+       "failure": "x"} for v in ("FAIL (exit 999)", "FAIL (exit 256)",
+                                 "FAIL (killed by signal 99)",
+                                 "FAIL (timed out after 9999s)")),
+    {"timeout": 1e6}, {"timeout": 1e300}, {"stages": stage(seconds=5000.0)},
+    {"at": -5}, {"at": 4_000_000_000},
 ])
 def test_only_lines_in_the_exact_form_we_write_are_read(repo: tuple[Repo, str],
                                                          changes: dict[str, object]) -> None:

@@ -38,7 +38,7 @@ def merged(repo: Repo, tree: str, lines: list[str]) -> None:
 
 def test_the_newest_record_is_found_by_its_time_not_its_line(tmp_path: Path) -> None:
     repo, tree = repo_and_tree(tmp_path / "r")
-    older, newer = line(tree, False, 9_000_000_000), line(tree, True, 10_000_000_000)
+    older, newer = line(tree, False, 999_999_999), line(tree, True, 1_000_000_000)
     assert sorted([older, newer]) == [newer, older]  # as text, the older line comes last
     merged(repo, tree, [older, newer])
     got = Cache(repo, key=OURS).get(tree, KEY, 600)
@@ -48,7 +48,7 @@ def test_the_newest_record_is_found_by_its_time_not_its_line(tmp_path: Path) -> 
 def test_a_merged_note_with_a_forged_and_a_malformed_line_passes_nothing_forged(
         tmp_path: Path) -> None:
     repo, tree = repo_and_tree(tmp_path / "r")
-    forged = line(tree, True, 99_999_999_999, UserKey(b"f" * 32, "forger"))
+    forged = line(tree, True, 1_790_000_000, UserKey(b"f" * 32, "forger"))  # the newest
     two_in_one = line(tree, True, 5) + line(tree, True, 6)  # two objects on one line
     merged(repo, tree, [line(tree, False, 1_700_000_000), forged, two_in_one, "not json"])
     for trust in (False, True):

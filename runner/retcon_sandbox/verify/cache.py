@@ -148,8 +148,12 @@ def authentic(tree: str, record: dict[str, Any], key: UserKey) -> bool:
 
 
 # The exact forms this tool writes (CommandResult.verdict); anything else is foreign.
-_VERDICT = re.compile(r"PASS|FAIL \((?:exit [1-9][0-9]{0,2}|killed by signal [1-9][0-9]?|"
-                      r"timed out after (?:0|[1-9][0-9]{0,6})s)\)")
+# As `CommandResult.verdict` writes them: an exit status 1-255, a signal 1-64, whole seconds
+_VERDICT = re.compile(r"PASS|FAIL \((?:exit (?:[1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-5])|"
+                      r"killed by signal (?:[1-9]|[1-5][0-9]|6[0-4])|"
+                      r"timed out after (?:0|[1-9][0-9]{0,5})s)\)")
+MAX_TIMEOUT = 86_400  # the largest `timeout` a run can have (spec/settings.py)
+LATE_S = 300  # how far past its timeout a stage may end (the sandbox is stopped, then read)
 _BY = re.compile(r"retcon-sandbox [0-9A-Za-z.+!_-]{1,40}")
 RECORD_KEYS = frozenset({"v", "build", "test", "environment", "passed", "stages", "failure",
                          "tail", "timeout", "at", "by"})
@@ -195,10 +199,12 @@ def _stage(raw: object, key: Key) -> Stage:
         raise Foreign("a command the key does not name")
     verdict = _str(raw["verdict"], 80)
     passed, timed_out = _bool(raw["passed"]), _bool(raw["timed_out"])
+    seconds = _num(raw["seconds"])  # a timeout's verdict gives them, whole (`after 600s`)
     if not _VERDICT.fullmatch(verdict) or passed != (verdict == "PASS") or \
-            timed_out != verdict.startswith("FAIL (timed out"):
+            timed_out != verdict.startswith("FAIL (timed out") or \
+            (timed_out and abs(int(verdict.rsplit(" ", 1)[-1][:-2]) - seconds) > 1):
         raise Foreign("not a verdict")
-    return Stage(which, command, verdict, passed, timed_out, _num(raw["seconds"]))
+    return Stage(which, command, verdict, passed, timed_out, seconds)
 
 
 def decode(record: object) -> tuple[Key, Outcome] | None:
@@ -207,7 +213,9 @@ def decode(record: object) -> tuple[Key, Outcome] | None:
         if not isinstance(record, dict) or set(record) - {"mac"} != RECORD_KEYS or \
                 record["v"] != FORMAT or not _BY.fullmatch(_str(record["by"], 80)):
             return None
-        if isinstance(record["at"], bool) or not isinstance(record["at"], int):
+        at = record["at"]
+        if isinstance(at, bool) or not isinstance(at, int) or \
+                not 0 <= at <= time.time() + 86_400:  # never from the future
             return None
         key = Key(_opt(record["build"]), _opt(record["test"]), _str(record["environment"]))
         raw_stages = record["stages"]
@@ -224,7 +232,7 @@ def decode(record: object) -> tuple[Key, Outcome] | None:
                                                      and len(order) == len(planned)):
             return None
         timeout = _num(record["timeout"])
-        if timeout <= 0:
+        if not 0 < timeout <= MAX_TIMEOUT or any(st.seconds > timeout + LATE_S for st in stages):
             return None
         return key, Outcome(stages, failure, _str(record["tail"]), timeout, cached=True)
     except (KeyError, Foreign):
