@@ -225,6 +225,11 @@ def test_a_failure_without_a_model_is_not_assessed(demo: Demo) -> None:
     assert "tests: 1 failed" in result.out
     assert "Assessing progress" not in result.out and "Fix attempt" not in result.out
     assert "no model is configured to fix them" in demo.spec.read_text()
+    # a rerun would test the same tree: the hint says what can change it
+    hint = "fix it yourself with a commit on feature-clean (its `paths` are not taken again"
+    assert hint in result.err
+    again = cli("execute", str(demo.spec), *LOCAL, "--test", "exit 1")
+    assert again.code == 3 and "Previously stuck" in again.err and hint in again.err
 
 
 @pytest.mark.slow

@@ -214,7 +214,8 @@ def stop_if_blocked(spec: Spec, interactive: bool, reporter: Reporter,
         if isinstance(step, Blocked) and not interactive and not released:
             reporter.emit("resume", number=commit.number, total=len(spec.commits),
                           subject=commit.subject)
-            raise blocked_error(spec.path.name, commit, step.summary, previously=True)
+            raise blocked_error(spec.path.name, commit, step.summary, previously=True,
+                                cleaned=spec.cleaned)
         return
 
 

@@ -278,6 +278,9 @@ class TryFix:
     attempt: int  # 1-based, within the current attempt
 
 
+NO_MODEL_PREFIX = "The build or tests fail and no model is configured to fix them"
+
+
 @dataclass(frozen=True)
 class GiveUp:
     summary: str
@@ -295,8 +298,7 @@ def after_failure(history: Sequence[Entry], made: Mapping[str, Made], has_model:
                   budgets: Budgets, failure: str) -> TryFix | GiveUp:
     """A build or test run failed: try a fix, or give up (a `stuck` with this summary)."""
     if not has_model:
-        return GiveUp("The build or tests fail and no model is configured to fix them:\n"
-                      + failure)
+        return GiveUp(f"{NO_MODEL_PREFIX}:\n{failure}")
     commits = [made[sha] for sha in attempt_commits(history) if sha in made]
     fixes = [c for c in commits if c.fix]
     if len(fixes) >= budgets.max_fixes:

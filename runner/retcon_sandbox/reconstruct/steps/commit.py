@@ -12,6 +12,7 @@ from retcon_sandbox.reconstruct.steps.fixloop import verify
 from retcon_sandbox.reconstruct.steps.speculate import opened
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import (
+    NO_MODEL_PREFIX,
     PROVENANCE_PREFIX,
     Blocked,
     Done,
@@ -103,17 +104,23 @@ def unblock(run: Run, commit: CommitSpec, step: Blocked, previously: bool = Fals
         return run.append(commit, Resolved(note))
     if not previously:
         run.report.emit("stopping", number=commit.number)
-    raise blocked_error(run.spec.path.name, commit, step.summary, previously)
+    raise blocked_error(run.spec.path.name, commit, step.summary, previously, run.spec.cleaned)
 
 
-def blocked_error(spec_name: str, commit: CommitSpec, summary: str, previously: bool
-                  ) -> StuckError:
+def blocked_error(spec_name: str, commit: CommitSpec, summary: str, previously: bool,
+                  cleaned: str | None = None) -> StuckError:
     message = f"commit #{commit.number} ({commit.subject}) is stuck: {summary}"
     if previously:
         message = ("Previously stuck - add a `resolved` entry to continue\n"
                    f"  commit #{commit.number} ({commit.subject}): {summary}")
     accept = " (or, once you have checked them, add --accept-provenance)" \
         if summary.startswith(PROVENANCE_PREFIX) else ""
-    return StuckError(message, f"Edit {spec_name} and add after the `stuck` entry:\n"
+    first = ""
+    if summary.startswith(NO_MODEL_PREFIX):  # a rerun tests the same tree: something must change
+        first = (f"No model will change this commit: fix it yourself with a commit on "
+                 f"{cleaned or 'the cleaned branch'} (its `paths` are not taken again once it "
+                 "is made), or configure a model (--model, OPENAI_API_KEY) to fix it. Then ")
+    return StuckError(message, f"{first}{'e' if first else 'E'}dit {spec_name} and add after "
+                      "the `stuck` entry:\n"
                       '    { resolved = "description of what you changed" }\n'
                       f"then rerun the same command{accept}.")
