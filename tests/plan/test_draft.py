@@ -170,3 +170,15 @@ def test_empty_files_are_never_taken_for_a_rename() -> None:
     groups = group_files(f)
     assert ["reports/__init__.py", "reports/pdf.py"] in groups
     assert ["legacy/__init__.py", "legacy/old.py"] in groups
+
+
+def test_a_conftest_goes_with_the_first_tests_not_after_them() -> None:
+    """The messy branch adds tests/conftest.py first, then code with the tests that use its
+    fixture: the draft keeps the fixture with those tests (last, they would fail without it)."""
+    f = facts({"tests/conftest.py": "A", "app/stats.py": "A", "tests/test_stats.py": "A"},
+              [("fixtures", ["tests/conftest.py"]),
+               ("totals", ["app/stats.py", "tests/test_stats.py"])],
+              texts={"tests/test_stats.py": "from app.stats import total\n"})
+    groups = group_files(f)
+    assert [sorted(g) for g in groups] == [["app/stats.py", "tests/conftest.py",
+                                           "tests/test_stats.py"]]

@@ -54,3 +54,12 @@ def test_javascript_relative_imports() -> None:
 
 def test_other_languages_import_nothing() -> None:
     assert imports("main.go", 'import "fmt"\n', frozenset({"fmt"})) == set()
+
+
+def test_a_text_file_among_code_is_data_and_one_at_the_root_is_docs() -> None:
+    from retcon_sandbox.plan.kinds import kind, test_file
+
+    assert kind("app/data/stopwords.txt") == "code"
+    assert kind("NOTES.txt") == kind("docs/howto.txt") == kind("pkg/README.txt") == "docs"
+    assert test_file("tests/test_a.py") and test_file("web/a.spec.ts")
+    assert not test_file("tests/conftest.py") and not test_file("tests/data/input.json")

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from retcon_sandbox.plan.facts import Facts
-from retcon_sandbox.plan.kinds import imports, kind
+from retcon_sandbox.plan.kinds import imports, kind, test_file
 from retcon_sandbox.text import sanitize, sanitize_name
 
 JACCARD = 0.5
@@ -204,6 +204,18 @@ def _first_touch(files: Iterable[str], d: Derived) -> float:
     return float(min(firsts)) if firsts else 1e6
 
 
+def _support_first(groups: list[list[str]], ranks: list[float], loose: list[str]) -> None:
+    """Files that support tests and import no changed code (`conftest.py`, fixtures, data
+    under `tests/`) go with the first group holding tests, not last: tests need them."""
+    support = [p for p in loose if not test_file(p)]
+    holding = [i for i, g in enumerate(groups) if any(test_file(p) for p in g)]
+    if not support or not holding:
+        return
+    first = min(holding, key=lambda i: ranks[i])
+    groups[first].extend(support)
+    loose[:] = [p for p in loose if p not in support]
+
+
 def order_groups(groups: list[list[str]], ranks: list[float], d: Derived) -> list[list[str]]:
     """The groups in an order where every file comes with or after what it imports (and a
     deletion with or after its importers' changes), closest to `ranks` (lower first); groups
@@ -318,6 +330,7 @@ def group_files(facts: Facts) -> list[list[str]]:
     for i, files in sorted(later.items()):
         groups.append(files)
         ranks.append(i + 0.5)
+    _support_first(groups, ranks, loose)
     if loose:
         groups.append(loose)
         ranks.append(1e6)

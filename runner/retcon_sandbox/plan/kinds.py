@@ -29,10 +29,21 @@ def kind(path: str) -> str:
     if name in CONFIG_NAMES or (name.startswith(("requirements", "constraints"))
                                 and name.endswith(".txt")):
         return "config"
-    if any(p in DOC_DIRS for p in parts[:-1]) or name.endswith(DOC_EXT) \
-            or stem in DOC_NAMES:
+    # a `.txt` inside a folder of code is data the code reads (`app/data/stopwords.txt`)
+    text_data = name.endswith(".txt") and len(parts) > 1
+    if any(p in DOC_DIRS for p in parts[:-1]) or stem in DOC_NAMES \
+            or (name.endswith(DOC_EXT) and not text_data):
         return "docs"
     return "code"
+
+
+def test_file(path: str) -> bool:
+    """A file of tests itself (`test_x.py`, `x_test.go`, `x.spec.ts`), not one that supports
+    them (`conftest.py`, fixtures, data under `tests/`)."""
+    name = path.lower().rsplit("/", 1)[-1]
+    stem = name.split(".")[0]
+    return stem.startswith("test_") or stem.endswith(("_test", "_spec")) or ".test." in name \
+        or ".spec." in name
 
 
 # --- imports ---------------------------------------------------------------------------------
