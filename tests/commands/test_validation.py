@@ -270,3 +270,23 @@ def test_a_refused_command_line_setting_is_a_usage_error_naming_the_option(
         assert named in result.err and "internal error" not in result.err
     assert demo.spec.read_bytes() == before
     assert "feature-clean" not in git(demo.path, "branch", "--list")
+
+
+def test_a_file_to_reconstruct_over_max_file_size_is_refused_before_anything(demo: Demo) -> None:
+    """Found before the first commit, not when a later commit reaches it."""
+    (demo.path / "data").mkdir()
+    (demo.path / "data" / "big.bin").write_bytes(b"x" * 4096)
+    git(demo.path, "checkout", "-q", "feature")
+    git(demo.path, "add", "data/big.bin")
+    git(demo.path, "commit", "-q", "-m", "big")
+    git(demo.path, "checkout", "-q", "main")
+    text = demo.spec.read_text().replace("[sandbox]", '[sandbox]\nmax_file_size = "2k"')
+    text = text.replace('paths = ["README.md"', 'paths = ["data/big.bin", "README.md"')
+    demo.spec.write_text(text)
+    before = demo.spec.read_bytes()
+    result = cli("execute", str(demo.spec), *LOCAL)
+    assert result.code == 1, result.out + result.err
+    assert "data/big.bin is 4096 bytes on the source branch, over the largest file the host " \
+        "reads (2048 bytes)" in result.err
+    assert demo.spec.read_bytes() == before
+    assert "feature-clean" not in git(demo.path, "branch", "--list")
