@@ -190,7 +190,10 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
 
 @pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",
                                  "http://host:99999/v1", "http://host:port/v1", " http://h/v1",
-                                 "http://h/v1?x=1", ""])
+                                 "http://h/v1?x=1", "", "http://a..b/v1",
+                                 "http://" + "a" * 300 + ".com/v1", "http://[::1]x/v1",
+                                 "http://[::1/v1", "http://h/" + "p" * 70_000,
+                                 "http://h\udcff/v1"])
 def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
     if url:
         result = refused(demo, "--base-url", url, "--model", "m", code=2)

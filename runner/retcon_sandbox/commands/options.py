@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from retcon_sandbox.spec.settings import (
     SettingError,
     shown,
 )
-from retcon_sandbox.text import url_problem
+from retcon_sandbox.text import escape_undecodable, sanitize_name, url_problem
 
 NO_ACCESS = HostAccess()
 T = TypeVar("T")
@@ -78,8 +79,9 @@ class ModelOptions:
         model = self.model or os.environ.get("RETCON_SANDBOX_MODEL") or table.name
         if not model:
             return None
+        check_model_name(model, "--model" if self.model else "RETCON_SANDBOX_MODEL")
         base_url = check_base_url(self.base_url)
-        api_key = os.environ.get("OPENAI_API_KEY")
+        api_key = check_api_key(os.environ.get("OPENAI_API_KEY"))
         if not api_key and not base_url:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
                              "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
@@ -106,11 +108,49 @@ def check_base_url(explicit: str | None) -> str | None:
     empty value is unset."""
     base_url = explicit or os.environ.get("OPENAI_BASE_URL") or None
     problem = url_problem(base_url) if base_url else None
-    if problem:
-        raise UsageError(f"OPENAI_BASE_URL={base_url!r} is not an endpoint's base URL: "
-                         f"{problem}", "Set it to the API's base URL, such as "
+    if base_url and problem:
+        raise UsageError(f"OPENAI_BASE_URL='{_shortened(base_url)}' is not an endpoint's base "
+                         f"URL: {problem}", "Set it to the API's base URL, such as "
                          "http://localhost:11434/v1, or unset it (OpenAI's own API).")
     return base_url
+
+
+def _shortened(value: str, limit: int = 120) -> str:
+    return sanitize_name(value if len(value) <= limit else value[:limit] + "…")
+
+
+def check_model_name(model: str, source: str) -> None:
+    """A model name goes into every request's JSON: it must be text (UTF-8)."""
+    if escape_undecodable(model) != model:
+        raise UsageError(f"{source} '{sanitize_name(model)}' is not UTF-8 text",
+                         "Give the model's name as the endpoint lists it.")
+
+
+def check_api_key(key: str | None) -> str | None:
+    """OPENAI_API_KEY, refused before any request when no HTTP header could carry it (it is
+    sent as `Authorization: Bearer KEY`). The message never shows the key, only where and what
+    the wrong character is."""
+    for position, char in enumerate(key or "", start=1):
+        if not "!" <= char <= "~":
+            raise ModelError(
+                f"OPENAI_API_KEY cannot be sent: character {position} of {len(key or '')} is "
+                f"{_character_kind(char)}", "An API key is printable ASCII with no spaces; copy "
+                "it again from your provider (an editor or a shell may have added a quote, a "
+                "space or a line break) and export it again.")
+    return key
+
+
+def _character_kind(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape
+        return "a byte that is not UTF-8"
+    if char in "\r\n":
+        return "a line break"
+    if char.isspace():
+        return f"a space (U+{code:04X})"
+    if code < 0x20 or code == 0x7F:
+        return f"a control character (U+{code:04X})"
+    return f"not ASCII (U+{code:04X}, {unicodedata.name(char, 'unnamed')})"
 
 
 def _warn(text: str) -> None:
