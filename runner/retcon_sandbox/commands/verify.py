@@ -10,6 +10,7 @@ for a configuration error. Nothing is written but the cache's notes.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -83,10 +84,25 @@ def ci_outputs(args: argparse.Namespace) -> Outputs:
         raise UsageError("--format github and --json both write to standard output",
                          "Choose one; --junit FILE works with either.")
     junit = Path(args.junit) if args.junit else None
-    if junit is not None and (junit.is_dir() or not junit.parent.is_dir()):
-        raise UsageError(f"--junit {args.junit}: not a file in an existing directory",
-                         "Give the path of the report to write, e.g. --junit junit.xml.")
+    if junit is not None:
+        check_junit(junit)
     return Outputs(junit, github)
+
+
+def check_junit(junit: Path) -> None:
+    """--junit FILE: a file (not a directory) in an existing directory this user can write."""
+    try:
+        usable = not junit.is_dir() and junit.parent.is_dir()
+    except OSError as exc:  # a name too long, a component not searchable
+        raise UsageError(f"--junit {junit}: {exc.strerror or exc}",
+                         "Give the path of the report to write, e.g. --junit junit.xml.") from None
+    if not usable:
+        raise UsageError(f"--junit {junit}: not a file in an existing directory",
+                         "Give the path of the report to write, e.g. --junit junit.xml.")
+    if not os.access(junit.parent, os.W_OK):
+        raise UsageError(f"--junit {junit}: the directory {junit.parent} is not writable "
+                         "(read-only, or not yours)",
+                         "Give a path in a directory you can write, e.g. --junit junit.xml.")
 
 
 def verify(args: argparse.Namespace, outputs: Outputs) -> int:
@@ -140,7 +156,12 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                       + verifier.cache.problem)
     seconds = time.monotonic() - started
     code = display.end(seconds)
-    outputs.finish(plan.label, plan.rows, seconds)
+    unwritten = outputs.finish(plan.label, plan.rows, seconds)
+    if unwritten:
+        reporter.emit("warning", message=f"{unwritten}. The exit code is still the "
+                      f"verification's own ({code}): the commits were verified, only the "
+                      "report is missing; free space or fix the directory and rerun (cached "
+                      "results make it fast).")
     return code
 
 
