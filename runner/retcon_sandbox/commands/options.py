@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import unicodedata
@@ -46,23 +47,33 @@ if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only 
     from retcon_sandbox.model.llm import ModelSettings
 
 
-def find_repo(explicit: Path | None, spec_real: Path) -> Repo:
-    """--repo DIR; else the repository containing the current directory; else the spec's."""
+def find_repo(explicit: Path | None, spec_real: Path | None) -> Repo:
+    """--repo DIR; else the repository containing the current directory; else the spec's
+    (`spec_real`: the spec's real path, None without a spec)."""
     if explicit is not None:
         try:
             return Repo(explicit)
         except GitError:
             raise GitError(f"--repo {explicit}: not a git repository",
                            "Give --repo the repository's directory (or one inside it).") from None
+    here = current_directory()
+    for place in (here, spec_real.parent if spec_real is not None else None):
+        if place is not None:
+            with contextlib.suppress(GitError):
+                return Repo(place)
+    gone = "" if here is not None else " (the current directory no longer exists)"
+    nor = ", nor where the spec is" if spec_real is not None else ""
+    raise GitError(f"no git repository here{nor}{gone}",
+                   "Run retcon-sandbox inside the repository (cd to it again if it was removed "
+                   "and made anew), or give --repo DIR.")
+
+
+def current_directory() -> Path | None:
+    """The current directory; None when it was deleted (or can no longer be reached)."""
     try:
-        return Repo(Path.cwd())
-    except GitError:
-        pass
-    try:
-        return Repo(spec_real.parent)
-    except GitError:
-        raise GitError("no git repository here, nor where the spec is",
-                       "Run retcon-sandbox inside the repository, or give --repo DIR.") from None
+        return Path.cwd()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,7 @@ def cache_mode(args: argparse.Namespace) -> str:
 def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
     target_text: str | None = args.target
     is_spec = target_text is not None and (target_text.endswith(".toml")
-                                           or Path(target_text).is_file())
+                                           or names_a_file(target_text))
     target = parse_target(target_text, args.spec, is_spec)
     spec_path = target.path if isinstance(target, SpecTarget) else args.spec
     spec: Spec | None = None
@@ -251,7 +251,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
         specfile = SpecFile(Path(spec_path))
         spec = specfile.load()
     repo = find_repo(Path(args.repo) if args.repo else None,
-                     specfile.real if specfile else Path.cwd() / "(none)")
+                     specfile.real if specfile else None)
     if spec is not None:
         settings = sandbox_settings(spec, args.image, args.build, args.test, args.timeout,
                                     reporter, limit_options(args))
@@ -269,6 +269,15 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
     shard: Shard | None = args.shard
     return Plan(repo, spec, settings, label, shard.select(rows) if shard else rows,
                 distinct_trees(rows), shard)
+
+
+def names_a_file(text: str) -> bool:
+    """Whether `text` is the path of an existing file. A revision range is not a path, and
+    may be no valid one at all (a name longer than the file system takes)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG, EACCES; a NUL byte
+        return False
 
 
 def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
