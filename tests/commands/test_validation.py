@@ -188,6 +188,14 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
     assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
 
 
+@pytest.mark.parametrize("name", ["RETCON_SANDBOX_MODEL_TIMEOUT", "RETCON_SANDBOX_MODEL_DEADLINE",
+                                  "RETCON_SANDBOX_MODEL_MAX_WAIT"])
+def test_seconds_in_the_environment_are_at_most_a_day(demo: Demo, name: str) -> None:
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: "1e300"}
+    result = refused(demo, env=env)
+    assert f"{name}=1e300 is more than 86400 seconds (a day)" in result.err
+
+
 @pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",
                                  "http://host:99999/v1", "http://host:port/v1", " http://h/v1",
                                  "http://h/v1?x=1", "", "http://a..b/v1",

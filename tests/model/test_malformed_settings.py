@@ -72,3 +72,9 @@ def test_redaction_hides_bearer_credentials_and_the_key() -> None:
     text = "Illegal header value b'Bearer sk-secret-abc\\n' (key sk-secret-abc)"
     assert redact_key(text, SECRET) == "Illegal header value b'Bearer ***' (key ***)"
     assert redact_key("authorization: bearer abc.def", None) == "authorization: bearer ***"
+
+
+def test_the_adapter_turns_a_timeout_the_clock_cannot_hold_into_a_model_error() -> None:
+    with FakeOpenAI([]) as model, pytest.raises(ModelError, match="OverflowError"):
+        OpenAIChat(ModelSettings("m", model.base_url, "key", attempts=1, timeout=1e300)
+                   ).preflight()

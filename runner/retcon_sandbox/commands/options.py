@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import (
+    ConfigError,
     GitError,
     ImageError,
     ModelError,
@@ -98,9 +99,9 @@ class ModelOptions:
                              "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
                              "needs no key (Ollama, vLLM).")
         attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
-        max_wait = env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
-        timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
-        deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
+        max_wait = seconds_setting("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
+        timeout = self.timeout or seconds_setting("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
+        deadline = seconds_setting("RETCON_SANDBOX_MODEL_DEADLINE", 600)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
@@ -108,6 +109,20 @@ class ModelOptions:
                              temperature=_first(self.temperature, table.temperature),
                              max_tokens=_first(self.max_tokens, table.max_tokens),
                              seed=_first(self.seed, table.seed))
+
+
+MAX_SECONDS = 86400.0  # a day: longer is no wait a run means, and past ~24 days sockets fail
+
+
+def seconds_setting(name: str, default: float) -> float:
+    """A number of seconds from the environment variable `name`, from 0 (excluded) to a day."""
+    meaning = f"a number of seconds greater than 0 and at most {MAX_SECONDS:g}"
+    value = env_number(name, default, meaning=meaning)
+    if value > MAX_SECONDS:
+        raise ConfigError(f"{name}={_shortened(os.environ.get(name, ''))} is more than "
+                          f"{MAX_SECONDS:g} seconds (a day)",
+                          f"Set {name} to {meaning}, or unset it (default {default:g}).")
+    return value
 
 
 def _first(given: T | None, spec: T | None) -> T | None:

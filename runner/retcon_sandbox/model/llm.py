@@ -169,7 +169,7 @@ class OpenAIChat:
             self._client = openai.OpenAI(base_url=settings.base_url,
                                          api_key=settings.api_key or "unused", max_retries=0,
                                          timeout=settings.timeout)
-        except _url_errors() as exc:
+        except _client_errors() as exc:
             raise self._unusable(exc) from None
 
     def preflight(self) -> None:
@@ -202,7 +202,7 @@ class OpenAIChat:
         except openai.OpenAIError as exc:
             self._last_error = exc
             raise self._redacted(self._failed(exc, retrying)) from None
-        except _url_errors() as exc:
+        except _client_errors() as exc:
             raise self._unusable(exc) from None
 
     def _unusable(self, exc: Exception) -> ModelError:
@@ -211,7 +211,8 @@ class OpenAIChat:
             f"the model endpoint cannot be used as configured ({self._where()}): "
             f"{type(exc).__name__}: {_first_line(exc)}",
             "Check --base-url (or OPENAI_BASE_URL): it must be the API's base URL, such as "
-            "http://localhost:11434/v1; and that OPENAI_API_KEY is the key alone."))
+            "http://localhost:11434/v1; that OPENAI_API_KEY is the key alone; and that "
+            "--model-timeout (or RETCON_SANDBOX_MODEL_TIMEOUT) is a sane number of seconds."))
 
     def _redacted(self, error: ModelError) -> ModelError:
         """The error with no trace of the API key (an exception's text may quote the header)."""
@@ -300,13 +301,14 @@ def redact_key(text: str, key: str | None) -> str:
 
 
 @functools.cache
-def _url_errors() -> tuple[type[Exception], ...]:
-    """What the SDK's HTTP client raises for a URL or header it cannot send: an encoding error
-    (IDNA, ASCII), a ValueError, and the client library's own InvalidURL (its package is looked
-    up from the SDK's default client, so it is whichever one the SDK uses)."""
+def _client_errors() -> tuple[type[Exception], ...]:
+    """What the SDK's HTTP client raises for settings it cannot use: a URL or header it cannot
+    send (an encoding error, IDNA or ASCII; a ValueError; the client library's own InvalidURL,
+    its package looked up from the SDK's default client, so whichever one the SDK uses), and a
+    timeout too large for the system's clock (OverflowError)."""
     library = sys.modules.get(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
     invalid = getattr(library, "InvalidURL", None)
-    found: tuple[type[Exception], ...] = (UnicodeError, ValueError)
+    found: tuple[type[Exception], ...] = (UnicodeError, ValueError, OverflowError)
     if isinstance(invalid, type) and issubclass(invalid, Exception):
         found = (*found, invalid)
     return found
