@@ -82,3 +82,10 @@ def test_ci_gives_the_key_in_the_environment(state: Path, monkeypatch: pytest.Mo
     assert first.digest("pass-env", {"TOKEN": "1"}) != second.digest("pass-env", {"TOKEN": "1"})
     monkeypatch.setenv(userkey.ENV, "")  # an unset secret in CI expands to nothing
     assert userkey.load().origin == str(state)
+
+
+def test_a_key_in_the_environment_may_be_any_bytes(state: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    monkeypatch.setenv(userkey.ENV, "\udcff" * 40)  # 40 bytes 0xff, not UTF-8
+    key = userkey.load()
+    assert key.secret == b"\xff" * 40 and key.mac(b"x") != userkey.UserKey(b"a" * 40, "").mac(b"x")

@@ -9,6 +9,7 @@ terminal), DEL, bidirectional controls and zero-width characters, and bytes that
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import urlsplit
 
@@ -63,10 +64,18 @@ def indent(text: str, prefix: str) -> str:
     return text.replace("\n", "\n" + prefix)
 
 
+MAX_URL = 2048  # longer is no API's base URL (httpx refuses 64 KiB, servers far less)
+
+
 def url_problem(url: str) -> str | None:
-    """Why `url` cannot be an HTTP(S) endpoint's base URL, or None when it can."""
+    """Why `url` cannot be an HTTP(S) endpoint's base URL, or None when it can: what the HTTP
+    stack would refuse (or fail on at the first request) is refused here, before anything runs."""
     if not url.strip() or url != url.strip() or any(c.isspace() for c in url):
         return "it is empty or contains spaces"
+    if _SURROGATE.search(url):
+        return "it contains bytes that are not UTF-8"
+    if len(url) > MAX_URL:
+        return f"it is {len(url)} characters long (at most {MAX_URL})"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -80,4 +89,25 @@ def url_problem(url: str) -> str | None:
         return "port 0 is not a port"
     if parts.query or parts.fragment:
         return "it has a query or fragment; give the API's base URL (usually ending in /v1)"
+    return _host_problem(parts.netloc.rpartition("@")[2])
+
+
+def _host_problem(hostport: str) -> str | None:
+    """Why the `host[:port]` of a URL names no host a connection can be made to."""
+    if hostport.startswith("["):
+        address, _, rest = hostport[1:].partition("]")
+        if rest and not re.fullmatch(r":[0-9]+", rest):
+            return f"{rest!r} after the IPv6 address is not a :port"
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return f"[{address}] is not an IPv6 address"
+        return None
+    host = hostport.rpartition(":")[0] if ":" in hostport else hostport
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError:
+        return f"{host[:80]!r} is not a host name (a label is empty or longer than 63 characters)"
+    if len(encoded) > 253:
+        return f"the host name is {len(encoded)} characters long (at most 253)"
     return None

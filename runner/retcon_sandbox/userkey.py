@@ -75,7 +75,8 @@ def _from_environment(secret: str) -> UserKey:
                           f"at least {MIN_SECRET} are needed)",
                           "Give it a random secret, for example the output of "
                           "`openssl rand -hex 32`, from your CI's secret store.")
-    return UserKey(secret.strip().encode(), f"${ENV}")
+    # the bytes as given: a secret need not be UTF-8 (surrogateescape carries the others)
+    return UserKey(os.fsencode(secret.strip()), f"${ENV}")
 
 
 def _refused(path: Path, why: str) -> ConfigError:

@@ -79,6 +79,27 @@ def test_the_deadline_must_be_a_number_greater_than_zero(demo: Demo, value: str)
         in result.err, result.err
 
 
+def test_the_deadline_has_a_sane_maximum(demo: Demo) -> None:
+    """A deadline past what a socket can wait is refused as such, not blamed on the engine."""
+    result = cli("execute", str(demo.spec), "--non-interactive",
+                 env={"RETCON_SANDBOX_ENGINE_TIMEOUT": "1e15"})
+    assert result.code == 1, result.out + result.err
+    assert "RETCON_SANDBOX_ENGINE_TIMEOUT=1e15 is more than 3600 seconds" in result.err
+    assert "no Docker engine" not in result.err
+
+
+@pytest.mark.parametrize("host", ["tcp://1.2.3.4:99999", "tcp://[::1",
+                                  "tcp://h\x1b[31m:99999"])
+def test_an_address_the_sdk_cannot_parse_names_its_setting(demo: Demo, host: str) -> None:
+    shown = host.replace("\x1b", "\\e")  # sanitised
+    result = cli("images", "list", env={"DOCKER_HOST": host})
+    assert result.code == 1 and "Traceback" not in result.err, result.out + result.err
+    assert f"DOCKER_HOST={shown} is not a Docker engine address" in result.err
+    assert "\x1b" not in result.err
+    result = cli("execute", str(demo.spec), "--non-interactive", "--engine", host)
+    assert result.code == 1 and f"--engine {shown} is not a Docker engine address" in result.err
+
+
 def test_a_dead_engine_option_is_named_as_the_option() -> None:
     endpoint = engines.select({}, "tcp://127.0.0.1:1")
     with pytest.raises(SandboxError) as caught:

@@ -188,9 +188,20 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
     assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
 
 
+@pytest.mark.parametrize("name", ["RETCON_SANDBOX_MODEL_TIMEOUT", "RETCON_SANDBOX_MODEL_DEADLINE",
+                                  "RETCON_SANDBOX_MODEL_MAX_WAIT"])
+def test_seconds_in_the_environment_are_at_most_a_day(demo: Demo, name: str) -> None:
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: "1e300"}
+    result = refused(demo, env=env)
+    assert f"{name}=1e300 is more than 86400 seconds (a day)" in result.err
+
+
 @pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",
                                  "http://host:99999/v1", "http://host:port/v1", " http://h/v1",
-                                 "http://h/v1?x=1", ""])
+                                 "http://h/v1?x=1", "", "http://a..b/v1",
+                                 "http://" + "a" * 300 + ".com/v1", "http://[::1]x/v1",
+                                 "http://[::1/v1", "http://h/" + "p" * 70_000,
+                                 "http://h\udcff/v1"])
 def test_a_malformed_base_url_is_refused_at_once(demo: Demo, url: str) -> None:
     if url:
         result = refused(demo, "--base-url", url, "--model", "m", code=2)

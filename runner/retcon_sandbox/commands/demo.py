@@ -18,9 +18,7 @@ WIDTH = 44
 def create(directory: Path, with_paths: bool, spec_text: str | None = None) -> Path:
     """The demo repository and its spec (the demo's own, unless given); returns the spec's
     path."""
-    if directory.exists() and any(directory.iterdir()):
-        raise UsageError(f"{directory} is not empty", "Give --directory a new or empty folder.")
-    directory.mkdir(parents=True, exist_ok=True)
+    make_folder(directory)
     repo = Repo.init(directory, "main")
     repo.commit_files("main", dict(demo_project.BASE), "Initial shop: a cart and its tests")
     repo.update_branch("feature", repo.resolve("main"), None, "branch")
@@ -30,6 +28,21 @@ def create(directory: Path, with_paths: bool, spec_text: str | None = None) -> P
     spec = directory / "history-spec.toml"
     spec.write_text(spec_text or demo_project.spec_text(with_paths), encoding="utf-8")
     return spec
+
+
+def make_folder(directory: Path) -> None:
+    """The demo's folder: new, or empty; anything else says what it is instead."""
+    hint = "Give --directory a new or empty folder, in a place you can write."
+    try:
+        if directory.is_dir():
+            if any(directory.iterdir()):
+                raise UsageError(f"{directory} is not empty", hint)
+        elif directory.exists() or directory.is_symlink():
+            raise UsageError(f"{directory} exists and is not a folder", hint)
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # read-only, not ours, a name too long
+        raise UsageError(f"cannot make the demo's folder {directory}: {exc.strerror or exc}",
+                         hint) from None
 
 
 def side_by_side(repo: Repo) -> str:
@@ -54,9 +67,18 @@ def json_summary(repo: Repo, target: Path, spec: Path, code: int) -> int:
     return code if code != EXIT_OK or same else 1
 
 
+def temporary_folder() -> Path:
+    try:
+        return Path(tempfile.mkdtemp(prefix="retcon-demo-"))
+    except OSError as exc:
+        raise UsageError(f"cannot make a folder for the demo in {tempfile.gettempdir()}: "
+                         f"{exc.strerror or exc}", "Give --directory a new or empty folder, or "
+                         "set TMPDIR to a place you can write.") from None
+
+
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory) if args.directory else None
-    target = (directory or Path(tempfile.mkdtemp(prefix="retcon-demo-"))).resolve()
+    target = (directory or temporary_folder()).resolve()
     spec = create(target, with_paths=not args.llm)
     as_json = bool(getattr(args, "json", False))
     if not as_json:

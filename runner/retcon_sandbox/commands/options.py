@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,7 @@ from urllib.parse import urlsplit
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import (
+    ConfigError,
     GitError,
     ImageError,
     ModelError,
@@ -32,7 +35,7 @@ from retcon_sandbox.spec.settings import (
     SettingError,
     shown,
 )
-from retcon_sandbox.text import url_problem
+from retcon_sandbox.text import escape_undecodable, sanitize_name, url_problem
 
 NO_ACCESS = HostAccess()
 T = TypeVar("T")
@@ -45,23 +48,33 @@ if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only 
     from retcon_sandbox.model.llm import ModelSettings
 
 
-def find_repo(explicit: Path | None, spec_real: Path) -> Repo:
-    """--repo DIR; else the repository containing the current directory; else the spec's."""
+def find_repo(explicit: Path | None, spec_real: Path | None) -> Repo:
+    """--repo DIR; else the repository containing the current directory; else the spec's
+    (`spec_real`: the spec's real path, None without a spec)."""
     if explicit is not None:
         try:
             return Repo(explicit)
         except GitError:
             raise GitError(f"--repo {explicit}: not a git repository",
                            "Give --repo the repository's directory (or one inside it).") from None
+    here = current_directory()
+    for place in (here, spec_real.parent if spec_real is not None else None):
+        if place is not None:
+            with contextlib.suppress(GitError):
+                return Repo(place)
+    gone = "" if here is not None else " (the current directory no longer exists)"
+    nor = ", nor where the spec is" if spec_real is not None else ""
+    raise GitError(f"no git repository here{nor}{gone}",
+                   "Run retcon-sandbox inside the repository (cd to it again if it was removed "
+                   "and made anew), or give --repo DIR.")
+
+
+def current_directory() -> Path | None:
+    """The current directory; None when it was deleted (or can no longer be reached)."""
     try:
-        return Repo(Path.cwd())
-    except GitError:
-        pass
-    try:
-        return Repo(spec_real.parent)
-    except GitError:
-        raise GitError("no git repository here, nor where the spec is",
-                       "Run retcon-sandbox inside the repository, or give --repo DIR.") from None
+        return Path.cwd()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -78,16 +91,17 @@ class ModelOptions:
         model = self.model or os.environ.get("RETCON_SANDBOX_MODEL") or table.name
         if not model:
             return None
+        check_model_name(model, "--model" if self.model else "RETCON_SANDBOX_MODEL")
         base_url = check_base_url(self.base_url)
-        api_key = os.environ.get("OPENAI_API_KEY")
+        api_key = check_api_key(os.environ.get("OPENAI_API_KEY"))
         if not api_key and not base_url:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
                              "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
                              "needs no key (Ollama, vLLM).")
         attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
-        max_wait = env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
-        timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
-        deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
+        max_wait = seconds_setting("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
+        timeout = self.timeout or seconds_setting("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
+        deadline = seconds_setting("RETCON_SANDBOX_MODEL_DEADLINE", 600)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
@@ -95,6 +109,20 @@ class ModelOptions:
                              temperature=_first(self.temperature, table.temperature),
                              max_tokens=_first(self.max_tokens, table.max_tokens),
                              seed=_first(self.seed, table.seed))
+
+
+MAX_SECONDS = 86400.0  # a day: longer is no wait a run means, and past ~24 days sockets fail
+
+
+def seconds_setting(name: str, default: float) -> float:
+    """A number of seconds from the environment variable `name`, from 0 (excluded) to a day."""
+    meaning = f"a number of seconds greater than 0 and at most {MAX_SECONDS:g}"
+    value = env_number(name, default, meaning=meaning)
+    if value > MAX_SECONDS:
+        raise ConfigError(f"{name}={_shortened(os.environ.get(name, ''))} is more than "
+                          f"{MAX_SECONDS:g} seconds (a day)",
+                          f"Set {name} to {meaning}, or unset it (default {default:g}).")
+    return value
 
 
 def _first(given: T | None, spec: T | None) -> T | None:
@@ -106,11 +134,49 @@ def check_base_url(explicit: str | None) -> str | None:
     empty value is unset."""
     base_url = explicit or os.environ.get("OPENAI_BASE_URL") or None
     problem = url_problem(base_url) if base_url else None
-    if problem:
-        raise UsageError(f"OPENAI_BASE_URL={base_url!r} is not an endpoint's base URL: "
-                         f"{problem}", "Set it to the API's base URL, such as "
+    if base_url and problem:
+        raise UsageError(f"OPENAI_BASE_URL='{_shortened(base_url)}' is not an endpoint's base "
+                         f"URL: {problem}", "Set it to the API's base URL, such as "
                          "http://localhost:11434/v1, or unset it (OpenAI's own API).")
     return base_url
+
+
+def _shortened(value: str, limit: int = 120) -> str:
+    return sanitize_name(value if len(value) <= limit else value[:limit] + "…")
+
+
+def check_model_name(model: str, source: str) -> None:
+    """A model name goes into every request's JSON: it must be text (UTF-8)."""
+    if escape_undecodable(model) != model:
+        raise UsageError(f"{source} '{sanitize_name(model)}' is not UTF-8 text",
+                         "Give the model's name as the endpoint lists it.")
+
+
+def check_api_key(key: str | None) -> str | None:
+    """OPENAI_API_KEY, refused before any request when no HTTP header could carry it (it is
+    sent as `Authorization: Bearer KEY`). The message never shows the key, only where and what
+    the wrong character is."""
+    for position, char in enumerate(key or "", start=1):
+        if not "!" <= char <= "~":
+            raise ModelError(
+                f"OPENAI_API_KEY cannot be sent: character {position} of {len(key or '')} is "
+                f"{_character_kind(char)}", "An API key is printable ASCII with no spaces; copy "
+                "it again from your provider (an editor or a shell may have added a quote, a "
+                "space or a line break) and export it again.")
+    return key
+
+
+def _character_kind(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape
+        return "a byte that is not UTF-8"
+    if char in "\r\n":
+        return "a line break"
+    if char.isspace():
+        return f"a space (U+{code:04X})"
+    if code < 0x20 or code == 0x7F:
+        return f"a control character (U+{code:04X})"
+    return f"not ASCII (U+{code:04X}, {unicodedata.name(char, 'unnamed')})"
 
 
 def _warn(text: str) -> None:

@@ -10,6 +10,7 @@ for a configuration error. Nothing is written but the cache's notes.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -83,10 +84,25 @@ def ci_outputs(args: argparse.Namespace) -> Outputs:
         raise UsageError("--format github and --json both write to standard output",
                          "Choose one; --junit FILE works with either.")
     junit = Path(args.junit) if args.junit else None
-    if junit is not None and (junit.is_dir() or not junit.parent.is_dir()):
-        raise UsageError(f"--junit {args.junit}: not a file in an existing directory",
-                         "Give the path of the report to write, e.g. --junit junit.xml.")
+    if junit is not None:
+        check_junit(junit)
     return Outputs(junit, github)
+
+
+def check_junit(junit: Path) -> None:
+    """--junit FILE: a file (not a directory) in an existing directory this user can write."""
+    try:
+        usable = not junit.is_dir() and junit.parent.is_dir()
+    except OSError as exc:  # a name too long, a component not searchable
+        raise UsageError(f"--junit {junit}: {exc.strerror or exc}",
+                         "Give the path of the report to write, e.g. --junit junit.xml.") from None
+    if not usable:
+        raise UsageError(f"--junit {junit}: not a file in an existing directory",
+                         "Give the path of the report to write, e.g. --junit junit.xml.")
+    if not os.access(junit.parent, os.W_OK):
+        raise UsageError(f"--junit {junit}: the directory {junit.parent} is not writable "
+                         "(read-only, or not yours)",
+                         "Give a path in a directory you can write, e.g. --junit junit.xml.")
 
 
 def verify(args: argparse.Namespace, outputs: Outputs) -> int:
@@ -140,7 +156,12 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                       + verifier.cache.problem)
     seconds = time.monotonic() - started
     code = display.end(seconds)
-    outputs.finish(plan.label, plan.rows, seconds)
+    unwritten = outputs.finish(plan.label, plan.rows, seconds)
+    if unwritten:
+        reporter.emit("warning", message=f"{unwritten}. The exit code is still the "
+                      f"verification's own ({code}): the commits were verified, only the "
+                      "report is missing; free space or fix the directory and rerun (cached "
+                      "results make it fast).")
     return code
 
 
@@ -221,7 +242,7 @@ def cache_mode(args: argparse.Namespace) -> str:
 def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
     target_text: str | None = args.target
     is_spec = target_text is not None and (target_text.endswith(".toml")
-                                           or Path(target_text).is_file())
+                                           or names_a_file(target_text))
     target = parse_target(target_text, args.spec, is_spec)
     spec_path = target.path if isinstance(target, SpecTarget) else args.spec
     spec: Spec | None = None
@@ -230,7 +251,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
         specfile = SpecFile(Path(spec_path))
         spec = specfile.load()
     repo = find_repo(Path(args.repo) if args.repo else None,
-                     specfile.real if specfile else Path.cwd() / "(none)")
+                     specfile.real if specfile else None)
     if spec is not None:
         settings = sandbox_settings(spec, args.image, args.build, args.test, args.timeout,
                                     reporter, limit_options(args))
@@ -248,6 +269,15 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> Plan:
     shard: Shard | None = args.shard
     return Plan(repo, spec, settings, label, shard.select(rows) if shard else rows,
                 distinct_trees(rows), shard)
+
+
+def names_a_file(text: str) -> bool:
+    """Whether `text` is the path of an existing file. A revision range is not a path, and
+    may be no valid one at all (a name longer than the file system takes)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG, EACCES; a NUL byte
+        return False
 
 
 def command_line_settings(args: argparse.Namespace) -> SandboxSettings:

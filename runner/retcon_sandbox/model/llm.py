@@ -13,8 +13,11 @@ used is an error of configuration or of the service, never a stuck commit.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import random
+import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,9 +165,12 @@ class OpenAIChat:
         self._settings = settings
         self._notice = notice or (lambda text: None)
         self._last_error: openai.OpenAIError | None = None
-        self._client = openai.OpenAI(base_url=settings.base_url,
-                                     api_key=settings.api_key or "unused", max_retries=0,
-                                     timeout=settings.timeout)
+        try:
+            self._client = openai.OpenAI(base_url=settings.base_url,
+                                         api_key=settings.api_key or "unused", max_retries=0,
+                                         timeout=settings.timeout)
+        except _client_errors() as exc:
+            raise self._unusable(exc) from None
 
     def preflight(self) -> None:
         """One tiny request that offers a tool, before anything is written: a model that cannot
@@ -178,12 +184,12 @@ class OpenAIChat:
             if not isinstance(refused, openai.BadRequestError | openai.UnprocessableEntityError):
                 raise
             self.complete(messages, [])  # fails on its own if it is not about the tools
-            raise ModelError(
+            raise self._redacted(ModelError(
                 f"the model endpoint refuses requests that offer tools (HTTP "
                 f"{refused.status_code}: {_body_message(refused)}) ({self._where()})",
                 "retcon-sandbox works through tool (function) calls: choose a model and server "
                 "that support them (Ollama: a model with the `tools` capability; vLLM: "
-                "--enable-auto-tool-choice and a --tool-call-parser).") from None
+                "--enable-auto-tool-choice and a --tool-call-parser).")) from None
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         policy = RetryPolicy(self._settings)
@@ -195,7 +201,24 @@ class OpenAIChat:
             return retrying(self._once, messages, tools)
         except openai.OpenAIError as exc:
             self._last_error = exc
-            raise self._failed(exc, retrying) from None
+            raise self._redacted(self._failed(exc, retrying)) from None
+        except _client_errors() as exc:
+            raise self._unusable(exc) from None
+
+    def _unusable(self, exc: Exception) -> ModelError:
+        """The HTTP client refused the URL or a header (what the settings' checks missed)."""
+        return self._redacted(ModelError(
+            f"the model endpoint cannot be used as configured ({self._where()}): "
+            f"{type(exc).__name__}: {_first_line(exc)}",
+            "Check --base-url (or OPENAI_BASE_URL): it must be the API's base URL, such as "
+            "http://localhost:11434/v1; that OPENAI_API_KEY is the key alone; and that "
+            "--model-timeout (or RETCON_SANDBOX_MODEL_TIMEOUT) is a sane number of seconds."))
+
+    def _redacted(self, error: ModelError) -> ModelError:
+        """The error with no trace of the API key (an exception's text may quote the header)."""
+        error.message = redact_key(error.message, self._settings.api_key)
+        error.args = (error.message,)
+        return error
 
     def _failed(self, exc: openai.OpenAIError, retrying: tenacity.Retrying) -> ModelError:
         if isinstance(exc, RETRYABLE):
@@ -266,6 +289,34 @@ class OpenAIChat:
                               "run resumes from the spec.")
         return ModelError(f"the model call failed{suffix}: {_describe(exc)} ({where})",
                           "Check the model settings, then rerun: the run resumes from the spec.")
+
+
+_BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
+
+
+def redact_key(text: str, key: str | None) -> str:
+    """`text` without the API key: every `Bearer …` credential, and the key itself, as ***."""
+    text = _BEARER.sub(r"\1***", text)
+    return text.replace(key, "***") if key and key.strip() else text
+
+
+@functools.cache
+def _client_errors() -> tuple[type[Exception], ...]:
+    """What the SDK's HTTP client raises for settings it cannot use: a URL or header it cannot
+    send (an encoding error, IDNA or ASCII; a ValueError; the client library's own InvalidURL,
+    its package looked up from the SDK's default client, so whichever one the SDK uses), and a
+    timeout too large for the system's clock (OverflowError)."""
+    library = sys.modules.get(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
+    invalid = getattr(library, "InvalidURL", None)
+    found: tuple[type[Exception], ...] = (UnicodeError, ValueError, OverflowError)
+    if isinstance(invalid, type) and issubclass(invalid, Exception):
+        found = (*found, invalid)
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _encodable(value: Any) -> Any:

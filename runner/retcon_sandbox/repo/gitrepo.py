@@ -24,6 +24,7 @@ from typing import IO, Any
 import git
 import git.exc
 from gitdb.base import IStream  # type: ignore[import-untyped]
+from gitdb.exc import ODBError  # type: ignore[import-untyped]
 
 from retcon_sandbox.archive import TarStream
 from retcon_sandbox.errors import GitError
@@ -74,12 +75,18 @@ _NOTE_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # an object id (SHA-1 or 
 _TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")
 
 
+# What GitPython (and gitdb under it) raise: its own errors, and the OS's when a file of the
+# repository cannot be read or written (a read-only object database, a full disk).
+LIBRARY_ERRORS: tuple[type[Exception], ...] = (git.exc.GitError, ODBError, OSError)
+READ_ERRORS: tuple[type[Exception], ...] = (ValueError, *LIBRARY_ERRORS)  # and a bad object id
+
+
 class Repo:
     @classmethod
     def init(cls, path: Path, branch: str = "main") -> Repo:
         try:
             git.Repo.init(path, initial_branch=branch)
-        except git.exc.GitError as exc:
+        except LIBRARY_ERRORS as exc:
             raise GitError(f"cannot create a repository in {path}: {exc}") from None
         return cls(path)
 
@@ -90,6 +97,10 @@ class Repo:
             raise GitError(f"{path} is not inside a git repository",
                            "Run retcon-sandbox from the repository, or put the spec there."
                            ) from None
+        except LIBRARY_ERRORS as exc:
+            raise GitError(f"cannot open the repository at {path}: {_first_line(exc)}",
+                           "Check that it is readable by you and that git works there "
+                           "(`git status`).") from None
         if self._repo.bare:
             self.root = Path(self._repo.git_dir)
         else:
@@ -119,6 +130,8 @@ class Repo:
         except git.exc.GitCommandError as exc:
             detail = (exc.stderr or "").strip().removeprefix("stderr: ").strip("'\n ")
             raise GitError(f"git {args[0]} failed: {detail or exc}") from None
+        except LIBRARY_ERRORS as exc:  # git not runnable, a temporary file not writable
+            raise GitError(f"git {args[0]} failed: {_first_line(exc)}") from None
         return str(out)
 
     # -- reading ----------------------------------------------------------------------------
@@ -283,8 +296,8 @@ class Repo:
                                    "Raise [sandbox] max_file_size if you trust this "
                                    "repository.")
             data: bytes = self._repo.odb.stream(bytes.fromhex(sha)).read()
-        except (ValueError, git.exc.GitError) as exc:
-            raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
+        except READ_ERRORS as exc:
+            raise GitError(f"cannot read object {sha[:12]}: {_first_line(exc)}") from None
         return data
 
     def blob_chunks(self, sha: str, limit: int) -> Iterator[bytes]:
@@ -292,8 +305,8 @@ class Repo:
         its size is checked against `limit` now, before anything is read."""
         try:
             size = self._repo.odb.info(bytes.fromhex(sha)).size
-        except (ValueError, git.exc.GitError) as exc:
-            raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
+        except READ_ERRORS as exc:
+            raise GitError(f"cannot read object {sha[:12]}: {_first_line(exc)}") from None
         if size > limit:
             raise GitError(f"object {sha[:12]} is {size} bytes, over the largest file the host "
                            f"reads ({limit} bytes)",
@@ -328,7 +341,12 @@ class Repo:
     # -- writing objects (never files) ------------------------------------------------------
 
     def write_blob(self, data: bytes) -> str:
-        stream = self._repo.odb.store(IStream(b"blob", len(data), io.BytesIO(data)))
+        try:
+            stream = self._repo.odb.store(IStream(b"blob", len(data), io.BytesIO(data)))
+        except LIBRARY_ERRORS as exc:  # a read-only object database, a full disk
+            raise GitError(f"cannot write an object into the repository {self.root}: "
+                           f"{_first_line(exc)}", "Check that the repository is writable and "
+                           "its disk is not full.") from None
         return str(stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha)
 
     @contextlib.contextmanager
@@ -342,8 +360,8 @@ class Repo:
                 ["git", *FAST_IMPORT, "fast-import", "--quiet", "--depth=0",
                  "--big-file-threshold=32m"],
                 as_process=True, istream=subprocess.PIPE, env=dict(os.environ))
-        except (git.exc.GitError, OSError) as exc:
-            raise GitError(f"cannot start git fast-import: {exc}") from None
+        except LIBRARY_ERRORS as exc:
+            raise GitError(f"cannot start git fast-import: {_first_line(exc)}") from None
         if proc.proc is None:
             raise GitError("cannot start git fast-import")
         batch = BlobBatch(proc.proc, algorithm)
@@ -372,7 +390,7 @@ class Repo:
         try:
             proc = self._repo.git.execute(["git", *NO_PROGRAMS, "mktree", "-z", "--batch",
                                            *flags], as_process=True, istream=handle)
-        except (git.exc.GitError, OSError) as exc:
+        except LIBRARY_ERRORS as exc:
             handle.close()
             raise GitError(f"cannot start git mktree: {exc}") from None
         if proc.proc is None:
@@ -583,8 +601,8 @@ class Repo:
             stream = self._repo.odb.stream(bytes.fromhex(sha))
             while block := stream.read(TAR_BLOCK):
                 yield block
-        except (ValueError, git.exc.GitError) as exc:
-            raise GitError(f"cannot read object {sha[:12]}: {exc}") from None
+        except READ_ERRORS as exc:
+            raise GitError(f"cannot read object {sha[:12]}: {_first_line(exc)}") from None
 
     # -- notes: where the verification cache lives (objects and a ref; never files) ---------
 
@@ -627,7 +645,7 @@ class Repo:
         """A blob's content, or None when it is larger than `limit` bytes (or not a blob)."""
         try:
             info = self._repo.odb.info(bytes.fromhex(sha))
-        except (ValueError, git.exc.GitError):
+        except READ_ERRORS:
             return None
         if info.type != b"blob" or info.size > limit:
             return None
@@ -853,3 +871,14 @@ def git_version() -> str:
         return str(git.Git().version()).strip()
     except (git.exc.GitError, OSError) as exc:
         return f"git not usable ({type(exc).__name__}: {str(exc).strip()[:200]})"
+
+
+def _first_line(exc: BaseException) -> str:
+    """What went wrong, in a line: a git command's own last words (its stderr), else the
+    exception's first line (GitPython's span several, with the command)."""
+    text = str(exc)
+    if isinstance(exc, git.exc.CommandError) and str(exc.stderr or "").strip():
+        text = str(exc.stderr).strip().removeprefix("stderr: ").strip("'\n ")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1 if isinstance(exc, git.exc.CommandError) else 0][:300] if lines \
+        else type(exc).__name__

@@ -15,7 +15,7 @@ import re
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -134,9 +134,17 @@ class Outputs:
             out.write(f"::{token}::\n" + "".join(line + "\n" for line in self.pending))
             out.flush()
 
-    def finish(self, label: str, rows: Sequence[Row], seconds: float) -> None:
-        """Write the JUnit file; keep the annotations for the end of the guard."""
-        if self.junit is not None:
-            self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
+    def finish(self, label: str, rows: Sequence[Row], seconds: float) -> str | None:
+        """Write the JUnit file; keep the annotations for the end of the guard. Why the file
+        could not be written (a full disk, a directory made read-only meanwhile), or None."""
         if self.github:
             self.pending = github_annotations(rows)
+        if self.junit is None:
+            return None
+        try:
+            self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
+        except OSError as exc:
+            with suppress(OSError):  # a truncated report would read as a broken one
+                self.junit.unlink()
+            return f"the JUnit report {self.junit} was not written: {exc.strerror or exc}"
+        return None

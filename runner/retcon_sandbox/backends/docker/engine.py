@@ -25,7 +25,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from retcon_sandbox import threads
 from retcon_sandbox.backends import engines
-from retcon_sandbox.errors import ImageError, SandboxError, env_number
+from retcon_sandbox.errors import ConfigError, ImageError, SandboxError, env_number
+from retcon_sandbox.text import sanitize_name
 
 
 class _OnFirstUse(ModuleType):
@@ -50,10 +51,35 @@ LABEL_SPEC = "retcon-sandbox.spec"
 CONNECT_DEADLINE_S = 20.0
 
 
+MAX_CONNECT_DEADLINE_S = 3600.0  # past an hour no engine is coming; past ~24 days sockets fail
+
+
 def _connect_deadline() -> float:
     """Seconds the engine has to answer its first requests (RETCON_SANDBOX_ENGINE_TIMEOUT)."""
-    return env_number("RETCON_SANDBOX_ENGINE_TIMEOUT", CONNECT_DEADLINE_S,
-                      meaning="the seconds the engine has to answer")
+    meaning = f"the seconds the engine has to answer (at most {MAX_CONNECT_DEADLINE_S:g})"
+    value = env_number("RETCON_SANDBOX_ENGINE_TIMEOUT", CONNECT_DEADLINE_S, meaning=meaning)
+    if value > MAX_CONNECT_DEADLINE_S:
+        raw = os.environ.get("RETCON_SANDBOX_ENGINE_TIMEOUT", "")
+        raise ConfigError(f"RETCON_SANDBOX_ENGINE_TIMEOUT={sanitize_name(raw)} is more than "
+                          f"{MAX_CONNECT_DEADLINE_S:g} seconds",
+                          f"Set RETCON_SANDBOX_ENGINE_TIMEOUT to {meaning}, or unset it "
+                          f"(default {CONNECT_DEADLINE_S:g}).")
+    return value
+
+
+def _bad_address(exc: ValueError, endpoint: engines.Endpoint) -> SandboxError:
+    """The SDK cannot parse the engine's address (a port out of range, an unclosed IPv6
+    bracket): name the setting that gave it, and its value."""
+    if endpoint.source == "--engine":
+        where = f"--engine {sanitize_name(endpoint.host)}"
+    elif endpoint.source == "DOCKER_HOST":
+        where = f"DOCKER_HOST={sanitize_name(endpoint.host)}"
+    else:
+        where = f"the host {sanitize_name(endpoint.host)} of the {endpoint.source}"
+    return SandboxError(f"{where} is not a Docker engine address: {_first_line(exc)}",
+                        "Give an address such as unix:///var/run/docker.sock, "
+                        "tcp://HOST:2376 (a port from 1 to 65535; an IPv6 host in brackets, "
+                        "tcp://[::1]:2376) or ssh://USER@HOST, or a docker context's name.")
 
 
 def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) -> SandboxError:
@@ -128,14 +154,21 @@ class DockerEngine:
         deadline = _connect_deadline()
         try:
             with threads.quiet():  # paramiko's transport thread (ssh://) leaves Ctrl-C to us
-                self.client = docker.from_env(timeout=deadline,  # type: ignore[arg-type]
-                                              environment=self.endpoint.environment,
-                                              max_pool_size=_pool_size(self.endpoint.host))
+                self.client = self._client(deadline)
                 self.client.ping()
             engines.refuse_unsupported(self.endpoint, self.client.version())
         except _connect_errors() as exc:
             raise _no_engine(exc, deadline, self.endpoint) from None
         self.client.api.timeout = 120
+
+    def _client(self, deadline: float) -> docker.DockerClient:
+        """The SDK's client for the endpoint (nothing is sent yet)."""
+        try:
+            return docker.from_env(timeout=deadline,  # type: ignore[arg-type]
+                                   environment=self.endpoint.environment,
+                                   max_pool_size=_pool_size(self.endpoint.host))
+        except ValueError as exc:  # urllib's parse of the address
+            raise _bad_address(exc, self.endpoint) from None
 
     def has_image(self, name: str) -> bool:
         try:
