@@ -170,6 +170,7 @@ def test_numeric_settings_must_be_greater_than_zero(demo: Demo, setting: str,
 @pytest.mark.parametrize(("option", "value"), [
     ("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan"), ("--timeout", "inf"),
     ("--timeout", "soon"), ("--model-timeout", "0"), ("--model-timeout", "nan"),
+    ("--model-timeout", "1e300"), ("--model-timeout", "9" * 400), ("--seed", "9" * 400),
 ])
 def test_numeric_options_must_be_greater_than_zero(demo: Demo, option: str, value: str) -> None:
     result = refused(demo, option, value, code=2)
@@ -186,6 +187,41 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
     env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: value}
     result = refused(demo, env=env)
     assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("RETCON_SANDBOX_MODEL_ATTEMPTS", "9" * 400, "a whole number greater than 0 and at most 1000"),
+    ("RETCON_SANDBOX_MODEL_TIMEOUT", "1e300", "a number greater than 0 and at most 86400"),
+    ("RETCON_SANDBOX_MODEL_DEADLINE", "9" * 400, "a number greater than 0 and at most 86400"),
+])
+def test_environment_settings_too_large_for_a_timer_are_refused(demo: Demo, name: str,
+                                                                value: str, allowed: str) -> None:
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: value}
+    result = refused(demo, env=env)
+    assert f"{name}={value[:40]!r}" in result.err and f"is not {allowed}" in result.err
+    assert "internal error" not in result.err
+
+
+UNREADABLE_TOML = {  # what tomllib refuses with other exceptions than TOMLDecodeError
+    "an integer of 5000 digits": ("x = " + "9" * 5000, "Exceeds the limit (4300 digits)"),
+    "arrays nested 5000 deep": ("x = " + "[" * 5000 + "]" * 5000, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE_TOML))
+def test_toml_that_tomllib_refuses_in_any_way_is_a_spec_error(demo: Demo, case: str) -> None:
+    line, reason = UNREADABLE_TOML[case]
+    demo.spec.write_text(f"{line}\n{demo.spec.read_text()}")
+    spec = str(demo.spec)
+    for command in (("status", spec), ("status", "--json", spec), ("plan", "--check", spec),
+                    ("verify", spec, "--sandbox", "local")):
+        result = cli(*command, cwd=demo.path)
+        assert result.code == 1, (command, result.out + result.err)
+        said = result.out + result.err
+        assert "history-spec.toml: not valid TOML" in said and reason in said, command
+        assert "internal error" not in said and "set_int_max_str_digits" not in said
+    result = refused(demo)
+    assert "history-spec.toml: not valid TOML" in result.err and reason in result.err
 
 
 @pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",

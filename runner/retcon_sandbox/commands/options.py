@@ -23,7 +23,12 @@ from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
-from retcon_sandbox.spec.modeltable import NO_MODEL, ModelTable
+from retcon_sandbox.spec.modeltable import (
+    MAX_MODEL_ATTEMPTS,
+    MAX_MODEL_SECONDS,
+    NO_MODEL,
+    ModelTable,
+)
 from retcon_sandbox.spec.settings import (
     BY_KEY,
     LOWER_ONLY,
@@ -84,10 +89,12 @@ class ModelOptions:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
                              "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
                              "needs no key (Ollama, vLLM).")
-        attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
-        max_wait = env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
-        timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
-        deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600)
+        attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True,
+                                  maximum=MAX_MODEL_ATTEMPTS))
+        max_wait = env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20, maximum=MAX_MODEL_SECONDS)
+        timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120,
+                                             maximum=MAX_MODEL_SECONDS)
+        deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600, maximum=MAX_MODEL_SECONDS)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,

@@ -107,9 +107,35 @@ def parse(path: Path, text: str) -> Spec:
 
 def _parse_doc(path: Path, text: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text.removeprefix(BOM))
+        return toml_loads(text.removeprefix(BOM))
+    except TomlRefused as exc:
+        raise SpecError(f"{path.name}: not valid TOML: {exc}", exc.hint) from None
+
+
+class TomlRefused(ValueError):
+    """Text tomllib cannot read, for any reason it has: the reason, and what to do (`hint`)."""
+
+    def __init__(self, reason: str, hint: str = "") -> None:
+        super().__init__(reason)
+        self.hint = hint
+
+
+def toml_loads(text: str) -> dict[str, Any]:
+    """`tomllib.loads`, whose every refusal is a TomlRefused: besides its syntax errors, it
+    raises a bare ValueError for an integer of more than `sys.get_int_max_str_digits()` digits
+    and RecursionError for arrays or inline tables nested a few hundred deep."""
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path.name}: not valid TOML: {exc}") from None
+        raise TomlRefused(str(exc)) from None
+    except RecursionError:
+        raise TomlRefused("arrays or inline tables nested too deeply to read",
+                          "Nest them less deeply (a spec needs at most three levels).") from None
+    except ValueError as exc:  # tomllib's own conversions: int() past the digit limit
+        why = str(exc).split(";")[0]  # not its advice to call sys.set_int_max_str_digits()
+        raise TomlRefused(f"a value that cannot be read ({why})",
+                          "Shorten that number: no setting of a spec needs more than 20 "
+                          "digits.") from None
 
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
@@ -350,6 +376,9 @@ class SpecFile:
         body = text.removeprefix(BOM)
         try:
             layout = tomltext.scan(body)
+        except RecursionError:
+            raise SpecError(f"{self.path.name}: arrays or inline tables nested too deeply for "
+                            "retcon-sandbox to append to", "Nest them less deeply.") from None
         except tomltext.TomlScanError as exc:
             raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
                             "layout", "Write each commit as a [[commit]] table.") from None
@@ -419,10 +448,10 @@ class SpecFile:
         """Parse the changed table again: it must be the old one plus exactly this entry."""
         validator = _Validator(self.path)
         try:
-            old = tomllib.loads(body[table.header : table.end])["commit"][0]
-            new = tomllib.loads(new_body[table.header : table.end + delta])["commit"][0]
+            old = toml_loads(body[table.header : table.end])["commit"][0]
+            new = toml_loads(new_body[table.header : table.end + delta])["commit"][0]
             updated = validator.commit(new, commit.number)
-        except (tomllib.TOMLDecodeError, SpecError, KeyError, IndexError) as exc:
+        except (TomlRefused, SpecError, KeyError, IndexError) as exc:
             raise self._conflict(entry, f"the entry could not be added safely ({exc})") from None
         old_history = old.get("history", [])
         if {**old, "history": [*old_history, new["history"][-1]]} != new or \
