@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.spec.file import SpecFile, entry_toml, load
-from retcon_sandbox.spec.history import CommitCreated, Complete, Entry, Started, Stuck
+from retcon_sandbox.spec.history import (
+    CommitCreated,
+    Complete,
+    Entry,
+    NothingToExtract,
+    Resolved,
+    Started,
+    Stuck,
+)
 from tests.conftest import NEUTRAL, Demo, cli, make_demo
 from tests.spec.test_spec import SHA, SPEC
 
@@ -151,6 +159,30 @@ def test_a_spec_with_lone_carriage_returns_in_strings_is_kept(tmp_path: Path) ->
     appended(path, 1, [Started()])
     assert path.read_bytes().count(b"\r\n") == crlf(text).count("\r\n") + 3
     assert b"\n" not in path.read_bytes().replace(b"\r\n", b"")
+
+
+@pytest.mark.parametrize("entry", [
+    Stuck("can't \ud800 do it"),  # a model's unpaired JSON escape
+    NothingToExtract("all done \ud83d"),  # half of an emoji's pair
+    Resolved("caf\udce9"),  # a byte a Latin-1 terminal sent (surrogateescape)
+])
+def test_text_that_is_not_unicode_is_saved_with_replacement_characters(tmp_path: Path,
+                                                                       entry: Entry) -> None:
+    """TOML (and UTF-8) cannot hold a lone surrogate: it is written U+FFFD, and the commit the
+    append returns holds what the file holds."""
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC)
+    specfile = SpecFile(path)
+    commit = specfile.load().commits[0]
+    before: list[Entry] = [Started(), Stuck("help")] if isinstance(entry, Resolved) \
+        else [Started()]
+    for earlier in before:
+        _, commit = specfile.append(commit, earlier)
+    _, commit = specfile.append(commit, entry)
+    saved = load(path).commits[0].history[-1]
+    assert saved == commit.history[-1] and "\ufffd" in str(saved)
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in str(saved))
+    assert "\ufffd" in entry_toml(entry)  # the hint that shows an entry never fails either
 
 
 # --- large specs ----------------------------------------------------------------------------

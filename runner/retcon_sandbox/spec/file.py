@@ -306,6 +306,17 @@ def entry_toml(entry: Entry) -> str:
     return f"{{ {kind.key} = {tomltext.basic_string(value_of(entry) or '')} }}"
 
 
+def storable(entry: Entry) -> Entry:
+    """`entry` as a UTF-8 spec can hold it: any lone surrogate in its text (a model's summary
+    or reason, a note typed on a terminal that is not UTF-8) written U+FFFD
+    (`tomltext.unicode_text`)."""
+    value = value_of(entry)
+    if value is None:
+        return entry
+    text = tomltext.unicode_text(value)
+    return entry if text == value else kind_of(entry).make(text)
+
+
 def temporary_beside(path: Path, data: bytes, mode: int) -> str:
     """A new temporary file beside `path` holding `data`, fsynced, with `mode`: its name."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -414,7 +425,10 @@ class SpecFile:
 
     def append(self, commit: CommitSpec, entry: Entry) -> tuple[Spec, CommitSpec]:
         """Append `entry` to `commit`'s history as the file is now on disk, and save atomically.
-        If the commit can no longer be found with the history we know, nothing is written."""
+        If the commit can no longer be found with the history we know, nothing is written.
+        The entry is recorded as the file can hold it (`storable`): the returned commit has it
+        so."""
+        entry = storable(entry)
         try:
             known = self._read()
         except SpecError as exc:

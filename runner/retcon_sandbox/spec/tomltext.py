@@ -270,10 +270,23 @@ def shifted(table: CommitTable, delta: int) -> CommitTable:
                    last_line_end=table.last_line_end + delta, history=history)
 
 
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unicode_text(value: str) -> str:
+    """`value` as a UTF-8 file can hold it: each lone surrogate (a model's unpaired `\\ud800`
+    escape, a byte a terminal sent that was not UTF-8) becomes U+FFFD, the replacement
+    character, as a decoder shows what it could not read. TOML has no escape for a lone
+    surrogate, and a visible `\\udXXX` would read back as other text."""
+    return _SURROGATE.sub(REPLACEMENT, value)
+
+
 def basic_string(value: str) -> str:
-    """A TOML basic string: one line, every control character escaped."""
+    """A TOML basic string: one line, every control character escaped, any lone surrogate
+    written U+FFFD (`unicode_text`): it never fails, whatever the str."""
     out = ['"']
-    for char in value:
+    for char in unicode_text(value):
         if char == '"':
             out.append('\\"')
         elif char == "\\":
