@@ -281,6 +281,20 @@ def test_nothing_is_created_for_a_fresh_spec_with_an_error_in_a_later_commit(
     assert "[[commit]] #4 → paths[1]: expected a path or pattern" in result.err
 
 
+@pytest.mark.parametrize("history", [
+    '\n[[commit.history]]\nresponse = "keep going"',  # an array of tables
+    '\n"hist\\u006Fry" = []',  # `history` to tomllib, spelled with an escape
+])
+def test_a_history_the_run_could_not_append_to_is_refused_before_anything(
+        demo: Demo, history: str) -> None:
+    edited(demo, 'paths = ["shop/discounts.py"]', f'paths = ["shop/discounts.py"]{history}')
+    assert cli("status", str(demo.spec)).code == 0  # tomllib reads it; the spec is valid
+    result = refused(demo)
+    assert "[[commit]] #2 ('feat: discount codes'): retcon-sandbox cannot append to its " \
+        "history as written" in result.err
+    assert "`history = [...]`" in result.err and "Nothing was written" in result.err
+
+
 def test_a_setup_input_that_matches_no_file_is_refused(demo: Demo) -> None:
     result = refused(edited(demo, "[sandbox]", '[sandbox]\nsetup = "true"\n'
                             'setup_inputs = ["requirements/nope*.txt"]'))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from retcon_sandbox.errors import ConcurrentEditError, SpecError
 from retcon_sandbox.spec.file import SpecFile, entry_toml, load
 from retcon_sandbox.spec.history import (
     CommitCreated,
@@ -16,6 +17,7 @@ from retcon_sandbox.spec.history import (
     Entry,
     NothingToExtract,
     Resolved,
+    Response,
     Started,
     Stuck,
 )
@@ -183,6 +185,42 @@ def test_text_that_is_not_unicode_is_saved_with_replacement_characters(tmp_path:
     assert saved == commit.history[-1] and "\ufffd" in str(saved)
     assert not any(0xD800 <= ord(c) <= 0xDFFF for c in str(saved))
     assert "\ufffd" in entry_toml(entry)  # the hint that shows an entry never fails either
+
+
+UNAPPENDABLE = [  # histories tomllib reads, written where or how the splice cannot append
+    'paths = ["src/validation.py"]\n\n[[commit.history]]\nresponse = "keep going"\n',
+    'paths = ["src/validation.py"]\n"hist\\u006Fry" = [{ response = "go" }]\n',
+]
+APPENDABLE = [
+    'paths = ["src/validation.py"]\n"history" = [{ response = "go" }]\n',
+    "paths = [\"src/validation.py\"]\n'history' = []\n",
+]
+
+
+@pytest.mark.parametrize("tail", UNAPPENDABLE)
+def test_a_history_the_splice_cannot_append_to_is_refused_before_any_write(
+        tmp_path: Path, tail: str) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace('paths = ["src/validation.py"]\n', tail))
+    before = path.read_bytes()
+    specfile = SpecFile(path)
+    commit = specfile.load().commits[0]
+    assert commit.history == (Response("keep going" if "keep" in tail else "go"),)
+    with pytest.raises(SpecError, match=r"#1 .*cannot append to its history as written"):
+        specfile.check_appendable()
+    with pytest.raises(ConcurrentEditError, match="cannot be appended to as written"):
+        specfile.append(commit, Started())  # as a run would, had the file changed under it
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("tail", APPENDABLE)
+def test_a_quoted_history_key_is_appended_to(tmp_path: Path, tail: str) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace('paths = ["src/validation.py"]\n', tail))
+    specfile = SpecFile(path)
+    specfile.check_appendable()
+    appended(path, 1, [Started()])
+    assert load(path).commits[0].history[-1] == Started()
 
 
 # --- large specs ----------------------------------------------------------------------------

@@ -120,6 +120,7 @@ def execute(options: ExecuteOptions) -> int:
     state_dir = StateDir(repo.common_dir())
     with specfile.locked(state_dir.lock_path(specfile.real)):
         spec = specfile.load()
+        specfile.check_appendable()
         revs, tip = check_spec(repo, spec)
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed

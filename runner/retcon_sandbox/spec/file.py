@@ -27,8 +27,11 @@ from retcon_sandbox.spec import tomltext
 from retcon_sandbox.spec.history import (
     BY_KEY,
     KINDS,
+    Done,
     Entry,
+    Stuck,
     kind_of,
+    next_step,
     sequence_problems,
     value_of,
 )
@@ -357,6 +360,44 @@ def atomic_write(path: Path, data: bytes) -> None:
     sync_directory(path.parent)
 
 
+PROBE = Stuck("a dry run's entry")  # what `check_appendable` appends in memory
+
+
+def _alone(text: str) -> dict[str, Any] | None:
+    """A [[commit]] table's text read on its own, or None if it does not read."""
+    try:
+        table = toml_loads(text)["commit"][0]
+    except (TomlRefused, KeyError, IndexError, TypeError):
+        return None
+    return table if isinstance(table, dict) else None
+
+
+def _layout_problem(body: str, table: tomltext.CommitTable, whole: dict[str, Any]
+                    ) -> str | None:
+    """Why an entry cannot be spliced into this table's text, if it cannot: part of the commit
+    is written elsewhere in the file, or its history under a key the scanner does not read."""
+    alone = _alone(body[table.header : table.end])
+    if alone != whole:
+        return "part of the commit is written outside its [[commit]] table (a " \
+               "[[commit.history]] table?)"
+    if ("history" in whole) != (table.history is not None):
+        return "its `history` key is spelled in a way retcon-sandbox does not follow (a " \
+               "quoted or escaped key?)"
+    return None
+
+
+def _probe_problem(body: str, table: tomltext.CommitTable) -> str | None:
+    """Why the table's text plus a PROBE entry does not read as the table plus that entry."""
+    text = body[table.header : table.end]
+    local = replace(tomltext.shifted(table, -table.header), end=len(text))
+    appended = _alone(tomltext.apply(text, tomltext.insertion(text, local, entry_toml(PROBE))))
+    before = _alone(text) or {}
+    probe = {kind_of(PROBE).key: value_of(PROBE)}
+    if appended != {**before, "history": [*before.get("history", []), probe]}:
+        return "an entry appended to it would not read back as one more entry"
+    return None
+
+
 @dataclass
 class _Known:
     """The file as this run last read or wrote it, and where its tables are."""
@@ -365,6 +406,7 @@ class _Known:
     spec: Spec
     layout: tomltext.Layout
     data: bytes  # the text as bytes: an unchanged file is recognised without decoding it
+    tables: list[dict[str, Any]]  # each [[commit]] as tomllib reads it from the whole file
 
 
 class SpecFile:
@@ -383,21 +425,45 @@ class SpecFile:
         if self._known is not None and data == self._known.data:
             return self._known
         text = decode(self.real, data)
-        spec = replace(parse(self.path, text), path=self.path)
-        body = text.removeprefix(BOM)
+        doc = _parse_doc(self.path, text)
+        spec = replace(_Validator(self.path).spec(doc), path=self.path)
+        layout = self._scan(text.removeprefix(BOM))
+        if len(layout.commits) != len(spec.commits):
+            raise SpecError(f"{self.path.name}: write each commit as its own [[commit]] table "
+                            "(inline arrays of commits cannot be appended to)")
+        self._known = _Known(text, spec, layout, data, list(doc["commit"]))
+        return self._known
+
+    def _scan(self, body: str) -> tomltext.Layout:
         try:
-            layout = tomltext.scan(body)
+            return tomltext.scan(body)
         except RecursionError:
             raise SpecError(f"{self.path.name}: arrays or inline tables nested too deeply for "
                             "retcon-sandbox to append to", "Nest them less deeply.") from None
         except tomltext.TomlScanError as exc:
             raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
                             "layout", "Write each commit as a [[commit]] table.") from None
-        if len(layout.commits) != len(spec.commits):
-            raise SpecError(f"{self.path.name}: write each commit as its own [[commit]] table "
-                            "(inline arrays of commits cannot be appended to)")
-        self._known = _Known(text, spec, layout, data)
-        return self._known
+
+    def check_appendable(self) -> None:
+        """Before a run writes anything: an entry appended to the history of any commit a run
+        may still append to (one not done), as the file is written now, must read back as that
+        commit plus the entry (a dry run in memory). Raises a SpecError saying how to write the
+        history if not."""
+        known = self._read()
+        body = known.text.removeprefix(BOM)
+        for commit, table, whole in zip(known.spec.commits, known.layout.commits, known.tables,
+                                        strict=True):
+            if isinstance(next_step(commit.history), Done):
+                continue
+            why = _layout_problem(body, table, whole) or _probe_problem(body, table)
+            if why:
+                raise SpecError(
+                    f"{self.path.name}: [[commit]] #{commit.number} ({commit.subject!r}): "
+                    f"retcon-sandbox cannot append to its history as written: {why}",
+                    "Write each commit's history inside its [[commit]] table as `history = "
+                    "[...]`, with the key spelled plainly (not [[commit.history]] tables, nor a "
+                    "quoted or escaped key), or leave it out while it is empty. Nothing was "
+                    "written.")
 
     @contextlib.contextmanager
     def locked(self, lock_path: Path) -> Iterator[SpecFile]:
@@ -436,10 +502,14 @@ class SpecFile:
         index = self._locate(known.spec, commit, entry)
         table = known.layout.commits[index]
         body = known.text.removeprefix(BOM)
+        why = _layout_problem(body, table, known.tables[index])
+        if why:
+            raise self._conflict(entry, f"its history cannot be appended to as written ({why})")
         splices = tomltext.insertion(body, table, entry_toml(entry))
         new_body = tomltext.apply(body, splices)
         delta = len(new_body) - len(body)
-        updated = self._checked(known.spec.commits[index], entry, body, new_body, table, delta)
+        updated, read = self._checked(known.spec.commits[index], entry, body, new_body, table,
+                                      delta)
         new_text = (BOM if known.text.startswith(BOM) else "") + new_body
         new_data = new_text.encode("utf-8")
         try:
@@ -454,12 +524,16 @@ class SpecFile:
         rescanned = tomltext.scan(new_body, table.header, table.end + delta).commits[0]
         tables = [*known.layout.commits[:index], rescanned,
                   *(tomltext.shifted(t, delta) for t in known.layout.commits[index + 1:])]
-        self._known = _Known(new_text, spec, tomltext.Layout(tuple(tables)), new_data)
+        read_tables = list(known.tables)
+        read_tables[index] = read
+        self._known = _Known(new_text, spec, tomltext.Layout(tuple(tables)), new_data,
+                             read_tables)
         return spec, updated
 
     def _checked(self, commit: CommitSpec, entry: Entry, body: str, new_body: str,
-                 table: tomltext.CommitTable, delta: int) -> CommitSpec:
-        """Parse the changed table again: it must be the old one plus exactly this entry."""
+                 table: tomltext.CommitTable, delta: int) -> tuple[CommitSpec, dict[str, Any]]:
+        """Parse the changed table again: it must be the old one plus exactly this entry.
+        Returns the commit, and the table as tomllib reads it."""
         validator = _Validator(self.path)
         try:
             old = toml_loads(body[table.header : table.end])["commit"][0]
@@ -471,7 +545,7 @@ class SpecFile:
         if {**old, "history": [*old_history, new["history"][-1]]} != new or \
                 updated.history != (*commit.history, entry):
             raise self._conflict(entry, "the entry could not be added safely")
-        return updated
+        return updated, new
 
     def _locate(self, current: Spec, commit: CommitSpec, entry: Entry) -> int:
         def fits(c: CommitSpec) -> bool:
