@@ -4,6 +4,7 @@ stays byte for byte what it was)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -293,6 +294,51 @@ def test_a_history_the_run_could_not_append_to_is_refused_before_anything(
     assert "[[commit]] #2 ('feat: discount codes'): retcon-sandbox cannot append to its " \
         "history as written" in result.err
     assert "`history = [...]`" in result.err and "Nothing was written" in result.err
+
+
+def deep_spec(demo: Demo, tmp_path: Path) -> Path:
+    """The demo's spec at a path of 4090 bytes: it can be read, but the temporary file a save
+    makes beside it has a path longer than PATH_MAX (4096 bytes)."""
+    directory = tmp_path / "deep"
+    name = "spec.toml"
+    while len(os.fsencode(directory)) + 1 + len(name) < 4090 - 201:
+        directory /= "d" * 200
+    directory /= "e" * (4090 - len(os.fsencode(directory)) - 2 - len(name))
+    directory.mkdir(parents=True)
+    spec = directory / name
+    spec.write_bytes(demo.spec.read_bytes())
+    assert len(os.fsencode(spec)) == 4090
+    return spec
+
+
+def test_a_spec_that_cannot_be_saved_is_refused_before_anything(demo: Demo,
+                                                                tmp_path: Path) -> None:
+    spec = deep_spec(demo, tmp_path)
+    before = spec.read_bytes()
+    result = cli("execute", str(spec), *LOCAL, cwd=demo.path)
+    assert result.code == 1, result.out + result.err
+    assert "cannot save" in result.err and "File name too long" in result.err
+    assert "move it to a shorter path" in result.err and "Nothing was written" in result.err
+    assert spec.read_bytes() == before and os.listdir(spec.parent) == ["spec.toml"]
+    assert "feature-clean" not in git(demo.path, "branch", "--list")
+    assert "Checking the base commit" not in result.out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any directory")
+def test_a_spec_in_a_directory_you_cannot_write_is_refused_before_anything(
+        demo: Demo, tmp_path: Path) -> None:
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    spec = folder / "spec.toml"
+    spec.write_bytes(demo.spec.read_bytes())
+    folder.chmod(0o555)
+    try:
+        result = cli("execute", str(spec), *LOCAL, cwd=demo.path)
+    finally:
+        folder.chmod(0o755)
+    assert result.code == 1 and "cannot save" in result.err, result.out + result.err
+    assert f"its directory {folder} must be one you can write" in result.err
+    assert "feature-clean" not in git(demo.path, "branch", "--list")
 
 
 def test_a_setup_input_that_matches_no_file_is_refused(demo: Demo) -> None:

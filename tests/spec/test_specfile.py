@@ -276,6 +276,19 @@ def test_an_edit_far_from_the_appended_table_is_kept(tmp_path: Path) -> None:
     assert "feat: step three\n" in text and load(path).commits[-1].history[-1] == Complete()
 
 
+@pytest.mark.slow
+def test_a_spec_with_a_name_of_250_bytes_is_run_and_saved(demo: Demo) -> None:
+    """The temporary file a save makes beside it, and the run's lock and transcript, have names
+    that fit (255 bytes) however long the spec's own."""
+    spec = demo.spec.rename(demo.path / ("s" * 245 + ".toml"))
+    result = cli("execute", str(spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert reconstructed(demo) and load(spec).commits[-1].history[-1] == Complete()
+    state = Path(demo.git("rev-parse", "--absolute-git-dir")) / "retcon-sandbox"
+    assert all(len(name) <= 255 for name in os.listdir(state))
+    assert not [name for name in os.listdir(demo.path) if name.endswith(".tmp")]
+
+
 def test_cli_reads_specs_relative_to_the_current_directory(demo: Demo) -> None:
     result = cli("status", "history-spec.toml", cwd=demo.path)
     assert result.code == 0 and "0/4 complete" in result.out

@@ -121,6 +121,7 @@ def execute(options: ExecuteOptions) -> int:
     with specfile.locked(state_dir.lock_path(specfile.real)):
         spec = specfile.load()
         specfile.check_appendable()
+        specfile.check_writable()
         revs, tip = check_spec(repo, spec)
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import fcntl
 import os
 import re
@@ -320,9 +321,16 @@ def storable(entry: Entry) -> Entry:
     return entry if text == value else kind_of(entry).make(text)
 
 
+TEMPORARY_NAME_BYTES = 200  # of the target's name in a temporary file's: ".<name>.XXXXXXXX.tmp"
+
+
 def temporary_beside(path: Path, data: bytes, mode: int) -> str:
-    """A new temporary file beside `path` holding `data`, fsynced, with `mode`: its name."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """A new temporary file beside `path` holding `data`, fsynced, with `mode`: its name. The
+    name fits whatever the length of `path`'s own (NAME_MAX, 255 bytes)."""
+    name = path.name
+    if len(os.fsencode(name)) > TEMPORARY_NAME_BYTES:
+        name = os.fsencode(name)[:TEMPORARY_NAME_BYTES].decode("utf-8", "ignore")
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -444,6 +452,31 @@ class SpecFile:
             raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
                             "layout", "Write each commit as a [[commit]] table.") from None
 
+    def check_writable(self) -> None:
+        """Before a run writes anything, when it may append (a commit is not done): a save can
+        make its temporary file beside the spec (the directory is writable, on a file system
+        that is not read-only, and the name fits) to replace the spec with. Nothing is left
+        behind."""
+        if all(isinstance(next_step(c.history), Done) for c in self._read().spec.commits):
+            return
+        try:
+            tmp = temporary_beside(self.real, b"", 0o600)
+        except OSError as exc:
+            raise self._unsaved(exc, "Nothing was written.") from None
+        os.unlink(tmp)  # our own temporary file, just made
+
+    def _unsaved(self, exc: OSError, then: str) -> SpecError:
+        why = {errno.EROFS: "it is on a read-only file system: copy it (and run with the copy) "
+                            "somewhere writable",
+               errno.ENOSPC: "its disk is full: free some space",
+               errno.EDQUOT: "your disk quota is used up: free some space",
+               errno.ENAMETOOLONG: "its path is too long for a temporary file beside it: "
+                                   "move it to a shorter path"}.get(
+            exc.errno or 0, f"its directory {self.real.parent} must be one you can write")
+        return SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
+                         f"Each step is saved to the spec as it is made, so {why}, then rerun. "
+                         f"{then}")
+
     def check_appendable(self) -> None:
         """Before a run writes anything: an entry appended to the history of any commit a run
         may still append to (one not done), as the file is written now, must read back as that
@@ -473,9 +506,11 @@ class SpecFile:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600)
         except OSError as exc:
+            hint = f"It must be a regular file of yours: remove it (rm -r {lock_path}) and " \
+                "rerun." if os.path.lexists(lock_path) else \
+                f"{lock_path.parent} must be a directory you can write."
             raise LockedError(f"cannot open the lock file {lock_path}: {exc.strerror}",
-                              f"It must be a regular file of yours: remove it (rm -r "
-                              f"{lock_path}) and rerun.") from None
+                              hint) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -515,9 +550,8 @@ class SpecFile:
         try:
             atomic_write(self.real, new_data)
         except OSError as exc:
-            raise SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
-                            f"Its directory must be writable. The entry that was not recorded: "
-                            f"history = [..., {entry_toml(entry)}]") from None
+            raise self._unsaved(exc, f"The entry that was not recorded: history = [..., "
+                                f"{entry_toml(entry)}]") from None
         commits = list(known.spec.commits)
         commits[index] = updated
         spec = replace(known.spec, commits=tuple(commits))
