@@ -321,6 +321,17 @@ def storable(entry: Entry) -> Entry:
     return entry if text == value else kind_of(entry).make(text)
 
 
+def unwritable(exc: OSError, directory: Path, elsewhere: str) -> str:
+    """What to do when a file cannot be written in `directory` (`elsewhere`: how to write it in
+    another place), for the cause `exc` gives."""
+    return {errno.EROFS: f"it is on a read-only file system: {elsewhere}",
+            errno.ENOSPC: "the disk is full: free some space",
+            errno.EDQUOT: "your disk quota is used up: free some space",
+            errno.ENAMETOOLONG: "its path is too long (with a temporary file's name beside it): "
+                                "use a shorter path"}.get(
+        exc.errno or 0, f"its directory {directory} must be one you can write")
+
+
 TEMPORARY_NAME_BYTES = 200  # of the target's name in a temporary file's: ".<name>.XXXXXXXX.tmp"
 
 
@@ -466,13 +477,8 @@ class SpecFile:
         os.unlink(tmp)  # our own temporary file, just made
 
     def _unsaved(self, exc: OSError, then: str) -> SpecError:
-        why = {errno.EROFS: "it is on a read-only file system: copy it (and run with the copy) "
-                            "somewhere writable",
-               errno.ENOSPC: "its disk is full: free some space",
-               errno.EDQUOT: "your disk quota is used up: free some space",
-               errno.ENAMETOOLONG: "its path is too long for a temporary file beside it: "
-                                   "move it to a shorter path"}.get(
-            exc.errno or 0, f"its directory {self.real.parent} must be one you can write")
+        why = unwritable(exc, self.real.parent, "copy it (and run with the copy) somewhere "
+                         "writable")
         return SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
                          f"Each step is saved to the spec as it is made, so {why}, then rerun. "
                          f"{then}")

@@ -282,9 +282,17 @@ def unicode_text(value: str) -> str:
     return _SURROGATE.sub(REPLACEMENT, value)
 
 
+# Written as \uXXXX escapes, though TOML allows them as they are: C1 controls, and the
+# bidirectional and invisible characters `text.sanitize` escapes (a U+202E in a file name would
+# reorder the spec's line in an editor or a terminal).
+_ESCAPED = re.compile("[\x80-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                      "\u2066-\u206f\ufeff\ufff9-\ufffb]")
+
+
 def basic_string(value: str) -> str:
-    """A TOML basic string: one line, every control character escaped, any lone surrogate
-    written U+FFFD (`unicode_text`): it never fails, whatever the str."""
+    """A TOML basic string: one line, every control, bidirectional or invisible character
+    escaped, any lone surrogate written U+FFFD (`unicode_text`): it never fails, whatever the
+    str, and reads back as that str (but for the surrogates)."""
     out = ['"']
     for char in unicode_text(value):
         if char == '"':
@@ -297,7 +305,7 @@ def basic_string(value: str) -> str:
             out.append("\\t")
         elif char == "\r":
             out.append("\\r")
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
+        elif ord(char) < 0x20 or ord(char) == 0x7F or _ESCAPED.match(char):
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)
