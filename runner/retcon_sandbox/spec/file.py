@@ -5,6 +5,10 @@ Writing only ever appends one history entry, as a text splice that keeps every o
 file (comments, layout, CRLF, a byte-order mark), checked by parsing the changed table again, and
 saved atomically. The file is re-read before each append, so the user's edits during a run are
 kept; while it is unchanged, an append costs a splice and a write, whatever the file's size.
+Before a run writes anything, `check_appendable` dry-runs an append to each commit in memory and
+`check_writable` makes (and removes) the temporary file a save needs, so a spec that could not
+be saved is refused before the cleaned branch exists. Any str can be saved: a lone surrogate is
+written U+FFFD (`storable`).
 """
 
 from __future__ import annotations
