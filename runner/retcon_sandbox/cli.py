@@ -46,7 +46,20 @@ def positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
+        finite = "finite " if math.isinf(value) else ""  # 1e400 is a float's infinity
+        raise argparse.ArgumentTypeError(f"expected a {finite}number greater than 0, got "
+                                         f"{text!r}")
+    return value
+
+
+def model_seconds(text: str) -> float:
+    """--model-timeout: a number of seconds greater than 0, at most a day."""
+    from retcon_sandbox.spec.modeltable import MAX_MODEL_SECONDS
+
+    value = positive_float(text)
+    if value > MAX_MODEL_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds of at most "
+                                         f"{MAX_MODEL_SECONDS:g}, got {text!r}")
     return value
 
 
@@ -92,8 +105,9 @@ def seed(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, got {text!r}")
+    if not 0 <= value <= 2**63 - 1:  # the spec's bound: the largest seed an endpoint takes
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 2**63-1, got "
+                                         f"{text!r}")
     return value
 
 
@@ -119,7 +133,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name [env: RETCON_SANDBOX_MODEL]")
     parser.add_argument("--base-url", type=base_url,
                         help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL]")
-    parser.add_argument("--model-timeout", type=positive_float, metavar="S",
+    parser.add_argument("--model-timeout", type=model_seconds, metavar="S",
                         help="seconds to wait for one model response "
                         "[env: RETCON_SANDBOX_MODEL_TIMEOUT; default 120]")
     parser.add_argument("--temperature", type=temperature, metavar="T",

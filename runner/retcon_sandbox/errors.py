@@ -115,23 +115,33 @@ class Interrupted(RetconError):
     kind = "interrupted"
 
 
-def env_number(name: str, default: float, integer: bool = False, meaning: str = "") -> float:
+MAX_SETTING = 1e9  # seconds (31 years) or a count: beyond what a timer or a loop can take
+
+
+def env_number(name: str, default: float, integer: bool = False, meaning: str = "",
+               maximum: float = MAX_SETTING) -> float:
     """A setting from the environment variable `name`: `default` when unset or blank, else a
-    number (a whole one if `integer`) greater than 0, or a ConfigError that names the variable
-    and what to set it to (`meaning`: what the number is, for that hint)."""
+    number (a whole one if `integer`) greater than 0 and at most `maximum`, or a ConfigError
+    that names the variable and what to set it to (`meaning`: what the number is, for that
+    hint)."""
     raw = os.environ.get(name, "")
     if not raw.strip():
         return default
     try:
         value = float(int(raw)) if integer else float(raw)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; a whole number too large for a float
         value = math.nan
-    if math.isfinite(value) and value > 0:
+    if math.isfinite(value) and 0 < value <= maximum:
         return value
     kind = "a whole number" if integer else "a number"
-    raise ConfigError(f"{name}={raw!r} is not {kind} greater than 0",
-                      f"Set {name} to {meaning or kind + ' greater than 0'}, or unset it "
-                      f"(default {default:g}).")
+    allowed = f"{kind} greater than 0 and at most {maximum:g}"
+    raise ConfigError(f"{name}={_shown(raw)} is not {allowed}",
+                      f"Set {name} to {meaning or allowed}, or unset it (default {default:g}).")
+
+
+def _shown(raw: str, limit: int = 40) -> str:
+    """A value as typed, quoted, and cut short when it is long (a number of 400 digits)."""
+    return repr(raw) if len(raw) <= limit else repr(raw[:limit]) + f"… ({len(raw)} characters)"
 
 
 def log_dir() -> Path:

@@ -43,10 +43,27 @@ def control_character(text: str) -> str | None:
     return None
 
 
+def not_unicode(text: str, names: bool = False) -> str | None:
+    """Where `text` cannot be written as UTF-8, as "U+D800 at character 3": its first lone
+    surrogate (a JSON `\\ud800` escape without its pair, say); None when it can. With `names`,
+    a surrogate that stands for a byte of a file name that is not UTF-8 (U+DC80 to U+DCFF, as
+    `os.fsdecode` makes them) is one it can."""
+    try:
+        text.encode("utf-8", "surrogateescape" if names else "strict")
+    except UnicodeEncodeError as exc:
+        return f"U+{ord(text[exc.start]):04X} at character {exc.start + 1}"
+    return None
+
+
 def repo_path(path: str) -> str:
     """Normalise a repository-relative path the model gave, or refuse it."""
     if not isinstance(path, str) or not path.strip():
         raise PathRefused("expected a non-empty path relative to the repository")
+    surrogate = not_unicode(path, names=True)
+    if surrogate:
+        raise PathRefused(f"the path holds a lone surrogate ({surrogate}), which no file name "
+                          "can hold: write each character itself (a byte that is not UTF-8 as "
+                          "\\xNN, as file lists show it)")
     bad = control_character(path)
     if bad:
         raise PathRefused(f"the path contains a control character ({bad}); file names with "

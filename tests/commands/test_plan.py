@@ -4,6 +4,8 @@ Docker: the deterministic draft and --check)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import tomllib
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from retcon_sandbox.errors import EXIT_UNCOVERED
 from retcon_sandbox.plan.score import score
-from tests.conftest import Demo, cli, git
+from tests.conftest import Demo, cli, cli_on_a_terminal, git
 from tests.plan.fixtures import ALL, CALC, Fixture
 
 
@@ -217,3 +219,63 @@ def test_the_remote_is_never_the_sources_own_copy_and_a_newer_main_wins(tmp_path
     doc = tomllib.loads(result.out)
     assert doc["remote"] == "origin/main"
     assert not any("team.txt" in c["paths"] for c in doc["commit"])
+
+
+# --- -o FILE ----------------------------------------------------------------------------------
+
+
+def special_files(tmp_path: Path) -> dict[str, Path]:
+    """A symlink to a file of its own, a named pipe and a directory: none a spec file."""
+    target = tmp_path / "target.toml"
+    target.write_text("# the link's target\n")
+    link = tmp_path / "link.toml"
+    link.symlink_to(target)
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    return {"a symbolic link": link, "a named pipe": fifo, "a directory": folder}
+
+
+@pytest.mark.parametrize("force", [(), ("--force",)])
+def test_an_output_that_is_not_a_regular_file_is_never_replaced(demo: Demo, tmp_path: Path,
+                                                                 force: tuple[str, ...]) -> None:
+    for kind, path in special_files(tmp_path).items():
+        result = cli("plan", "--source", "feature", "-o", str(path), *force, cwd=demo.path)
+        assert result.code == 1, (kind, result.out + result.err)
+        assert f"is {kind}, not a regular file" in result.err or \
+            (not force and "exists; plan does not overwrite it" in result.err), result.err
+    assert (tmp_path / "link.toml").is_symlink()
+    assert (tmp_path / "target.toml").read_text() == "# the link's target\n"
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe.toml").st_mode)
+    assert (tmp_path / "folder.toml").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_output_that_cannot_be_written_is_an_error_before_planning(demo: Demo,
+                                                                      tmp_path: Path) -> None:
+    long_name = tmp_path / ("s" * 300 + ".toml")
+    result = cli("plan", "--source", "feature", "-o", str(long_name), cwd=demo.path)
+    assert result.code == 1, result.out + result.err
+    assert "cannot write" in result.err and "File name too long" in result.err
+    assert "Nothing was written" in result.err and "internal error" not in result.err
+    assert "plan_commit" not in result.out and "1. " not in result.out  # refused at once
+
+
+def test_names_that_are_not_utf8_or_hold_bidi_controls_print_a_valid_spec(tmp_path: Path
+                                                                          ) -> None:
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    repo = Repo.init(tmp_path / "r", "main")
+    repo.commit_files("main", {"base.txt": "base\n"}, "Initial")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    names: dict[str, str | None] = {os.fsdecode(b"bad\xff.txt"): "c\n", "bidi\u202egnp.txt": "d\n"}
+    repo.commit_files("feature", names, "more")
+    printed = cli("plan", "--source", "feature", cwd=tmp_path / "r")
+    assert printed.code == 0, printed.err
+    assert "\u202e" not in printed.out and "\\u202e" in printed.out
+    doc = tomllib.loads(printed.out)
+    assert sorted(p for c in doc["commit"] for p in c["paths"]) == ["bad?.txt",
+                                                                    "bidi\u202egnp.txt"]
+    on_terminal = cli_on_a_terminal("plan", "--source", "feature", cwd=tmp_path / "r")
+    assert on_terminal.code == 0 and "\u202e" not in on_terminal.out

@@ -4,6 +4,7 @@ stays byte for byte what it was)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -170,6 +171,7 @@ def test_numeric_settings_must_be_greater_than_zero(demo: Demo, setting: str,
 @pytest.mark.parametrize(("option", "value"), [
     ("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan"), ("--timeout", "inf"),
     ("--timeout", "soon"), ("--model-timeout", "0"), ("--model-timeout", "nan"),
+    ("--model-timeout", "1e300"), ("--model-timeout", "9" * 400), ("--seed", "9" * 400),
 ])
 def test_numeric_options_must_be_greater_than_zero(demo: Demo, option: str, value: str) -> None:
     result = refused(demo, option, value, code=2)
@@ -188,12 +190,39 @@ def test_numeric_environment_settings_must_be_greater_than_zero(demo: Demo, name
     assert f"{name}={value!r} is not a" in result.err and "greater than 0" in result.err
 
 
-@pytest.mark.parametrize("name", ["RETCON_SANDBOX_MODEL_TIMEOUT", "RETCON_SANDBOX_MODEL_DEADLINE",
-                                  "RETCON_SANDBOX_MODEL_MAX_WAIT"])
-def test_seconds_in_the_environment_are_at_most_a_day(demo: Demo, name: str) -> None:
-    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: "1e300"}
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("RETCON_SANDBOX_MODEL_ATTEMPTS", "9" * 400, "a whole number greater than 0 and at most 1000"),
+    ("RETCON_SANDBOX_MODEL_TIMEOUT", "1e300", "a number greater than 0 and at most 86400"),
+    ("RETCON_SANDBOX_MODEL_DEADLINE", "9" * 400, "a number greater than 0 and at most 86400"),
+])
+def test_environment_settings_too_large_for_a_timer_are_refused(demo: Demo, name: str,
+                                                                value: str, allowed: str) -> None:
+    env = {"RETCON_SANDBOX_MODEL": "m", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", name: value}
     result = refused(demo, env=env)
-    assert f"{name}=1e300 is more than 86400 seconds (a day)" in result.err
+    assert f"{name}={value[:40]!r}" in result.err and f"is not {allowed}" in result.err
+    assert "internal error" not in result.err
+
+
+UNREADABLE_TOML = {  # what tomllib refuses with other exceptions than TOMLDecodeError
+    "an integer of 5000 digits": ("x = " + "9" * 5000, "Exceeds the limit (4300 digits)"),
+    "arrays nested 5000 deep": ("x = " + "[" * 5000 + "]" * 5000, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE_TOML))
+def test_toml_that_tomllib_refuses_in_any_way_is_a_spec_error(demo: Demo, case: str) -> None:
+    line, reason = UNREADABLE_TOML[case]
+    demo.spec.write_text(f"{line}\n{demo.spec.read_text()}")
+    spec = str(demo.spec)
+    for command in (("status", spec), ("status", "--json", spec), ("plan", "--check", spec),
+                    ("verify", spec, "--sandbox", "local")):
+        result = cli(*command, cwd=demo.path)
+        assert result.code == 1, (command, result.out + result.err)
+        said = result.out + result.err
+        assert "history-spec.toml: not valid TOML" in said and reason in said, command
+        assert "internal error" not in said and "set_int_max_str_digits" not in said
+    result = refused(demo)
+    assert "history-spec.toml: not valid TOML" in result.err and reason in result.err
 
 
 @pytest.mark.parametrize("url", ["localhost:11434/v1", "htp://localhost/v1", "http:///v1",
@@ -254,6 +283,65 @@ def test_nothing_is_created_for_a_fresh_spec_with_an_error_in_a_later_commit(
     demo = make_demo(tmp_path / "repo", with_paths=True)
     result = refused(edited(demo, 'paths = ["README.md", "docs"]', 'paths = ["README.md", 7]'))
     assert "[[commit]] #4 → paths[1]: expected a path or pattern" in result.err
+
+
+@pytest.mark.parametrize("history", [
+    '\n[[commit.history]]\nresponse = "keep going"',  # an array of tables
+    '\n"hist\\u006Fry" = []',  # `history` to tomllib, spelled with an escape
+])
+def test_a_history_the_run_could_not_append_to_is_refused_before_anything(
+        demo: Demo, history: str) -> None:
+    edited(demo, 'paths = ["shop/discounts.py"]', f'paths = ["shop/discounts.py"]{history}')
+    assert cli("status", str(demo.spec)).code == 0  # tomllib reads it; the spec is valid
+    result = refused(demo)
+    assert "[[commit]] #2 ('feat: discount codes'): retcon-sandbox cannot append to its " \
+        "history as written" in result.err
+    assert "`history = [...]`" in result.err and "Nothing was written" in result.err
+
+
+def deep_spec(demo: Demo, tmp_path: Path) -> Path:
+    """The demo's spec at a path of 4090 bytes: it can be read, but the temporary file a save
+    makes beside it has a path longer than PATH_MAX (4096 bytes)."""
+    directory = tmp_path / "deep"
+    name = "spec.toml"
+    while len(os.fsencode(directory)) + 1 + len(name) < 4090 - 201:
+        directory /= "d" * 200
+    directory /= "e" * (4090 - len(os.fsencode(directory)) - 2 - len(name))
+    directory.mkdir(parents=True)
+    spec = directory / name
+    spec.write_bytes(demo.spec.read_bytes())
+    assert len(os.fsencode(spec)) == 4090
+    return spec
+
+
+def test_a_spec_that_cannot_be_saved_is_refused_before_anything(demo: Demo,
+                                                                tmp_path: Path) -> None:
+    spec = deep_spec(demo, tmp_path)
+    before = spec.read_bytes()
+    result = cli("execute", str(spec), *LOCAL, cwd=demo.path)
+    assert result.code == 1, result.out + result.err
+    assert "cannot save" in result.err and "File name too long" in result.err
+    assert "use a shorter path" in result.err and "Nothing was written" in result.err
+    assert spec.read_bytes() == before and os.listdir(spec.parent) == ["spec.toml"]
+    assert "feature-clean" not in git(demo.path, "branch", "--list")
+    assert "Checking the base commit" not in result.out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any directory")
+def test_a_spec_in_a_directory_you_cannot_write_is_refused_before_anything(
+        demo: Demo, tmp_path: Path) -> None:
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    spec = folder / "spec.toml"
+    spec.write_bytes(demo.spec.read_bytes())
+    folder.chmod(0o555)
+    try:
+        result = cli("execute", str(spec), *LOCAL, cwd=demo.path)
+    finally:
+        folder.chmod(0o755)
+    assert result.code == 1 and "cannot save" in result.err, result.out + result.err
+    assert f"its directory {folder} must be one you can write" in result.err
+    assert "feature-clean" not in git(demo.path, "branch", "--list")
 
 
 def test_a_setup_input_that_matches_no_file_is_refused(demo: Demo) -> None:

@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from retcon_sandbox.errors import ConcurrentEditError, SpecError
 from retcon_sandbox.spec.file import SpecFile, entry_toml, load
-from retcon_sandbox.spec.history import CommitCreated, Complete, Entry, Started, Stuck
+from retcon_sandbox.spec.history import (
+    CommitCreated,
+    Complete,
+    Entry,
+    NothingToExtract,
+    Resolved,
+    Response,
+    Started,
+    Stuck,
+)
 from tests.conftest import NEUTRAL, Demo, cli, make_demo
 from tests.spec.test_spec import SHA, SPEC
 
@@ -153,6 +163,66 @@ def test_a_spec_with_lone_carriage_returns_in_strings_is_kept(tmp_path: Path) ->
     assert b"\n" not in path.read_bytes().replace(b"\r\n", b"")
 
 
+@pytest.mark.parametrize("entry", [
+    Stuck("can't \ud800 do it"),  # a model's unpaired JSON escape
+    NothingToExtract("all done \ud83d"),  # half of an emoji's pair
+    Resolved("caf\udce9"),  # a byte a Latin-1 terminal sent (surrogateescape)
+])
+def test_text_that_is_not_unicode_is_saved_with_replacement_characters(tmp_path: Path,
+                                                                       entry: Entry) -> None:
+    """TOML (and UTF-8) cannot hold a lone surrogate: it is written U+FFFD, and the commit the
+    append returns holds what the file holds."""
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC)
+    specfile = SpecFile(path)
+    commit = specfile.load().commits[0]
+    before: list[Entry] = [Started(), Stuck("help")] if isinstance(entry, Resolved) \
+        else [Started()]
+    for earlier in before:
+        _, commit = specfile.append(commit, earlier)
+    _, commit = specfile.append(commit, entry)
+    saved = load(path).commits[0].history[-1]
+    assert saved == commit.history[-1] and "\ufffd" in str(saved)
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in str(saved))
+    assert "\ufffd" in entry_toml(entry)  # the hint that shows an entry never fails either
+
+
+UNAPPENDABLE = [  # histories tomllib reads, written where or how the splice cannot append
+    'paths = ["src/validation.py"]\n\n[[commit.history]]\nresponse = "keep going"\n',
+    'paths = ["src/validation.py"]\n"hist\\u006Fry" = [{ response = "go" }]\n',
+]
+APPENDABLE = [
+    'paths = ["src/validation.py"]\n"history" = [{ response = "go" }]\n',
+    "paths = [\"src/validation.py\"]\n'history' = []\n",
+]
+
+
+@pytest.mark.parametrize("tail", UNAPPENDABLE)
+def test_a_history_the_splice_cannot_append_to_is_refused_before_any_write(
+        tmp_path: Path, tail: str) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace('paths = ["src/validation.py"]\n', tail))
+    before = path.read_bytes()
+    specfile = SpecFile(path)
+    commit = specfile.load().commits[0]
+    assert commit.history == (Response("keep going" if "keep" in tail else "go"),)
+    with pytest.raises(SpecError, match=r"#1 .*cannot append to its history as written"):
+        specfile.check_appendable()
+    with pytest.raises(ConcurrentEditError, match="cannot be appended to as written"):
+        specfile.append(commit, Started())  # as a run would, had the file changed under it
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("tail", APPENDABLE)
+def test_a_quoted_history_key_is_appended_to(tmp_path: Path, tail: str) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace('paths = ["src/validation.py"]\n', tail))
+    specfile = SpecFile(path)
+    specfile.check_appendable()
+    appended(path, 1, [Started()])
+    assert load(path).commits[0].history[-1] == Started()
+
+
 # --- large specs ----------------------------------------------------------------------------
 
 
@@ -204,6 +274,19 @@ def test_an_edit_far_from_the_appended_table_is_kept(tmp_path: Path) -> None:
     specfile.append(last, Complete())
     text = path.read_text()
     assert "feat: step three\n" in text and load(path).commits[-1].history[-1] == Complete()
+
+
+@pytest.mark.slow
+def test_a_spec_with_a_name_of_250_bytes_is_run_and_saved(demo: Demo) -> None:
+    """The temporary file a save makes beside it, and the run's lock and transcript, have names
+    that fit (255 bytes) however long the spec's own."""
+    spec = demo.spec.rename(demo.path / ("s" * 245 + ".toml"))
+    result = cli("execute", str(spec), *LOCAL)
+    assert result.code == 0, result.out + result.err
+    assert reconstructed(demo) and load(spec).commits[-1].history[-1] == Complete()
+    state = Path(demo.git("rev-parse", "--absolute-git-dir")) / "retcon-sandbox"
+    assert all(len(name) <= 255 for name in os.listdir(state))
+    assert not [name for name in os.listdir(demo.path) if name.endswith(".tmp")]
 
 
 def test_cli_reads_specs_relative_to_the_current_directory(demo: Demo) -> None:

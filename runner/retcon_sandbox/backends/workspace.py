@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from retcon_sandbox.backends.api import HelperSandbox, Sandbox, ToolFailure
 from retcon_sandbox.errors import GitError
-from retcon_sandbox.paths import PathRefused, repo_path
+from retcon_sandbox.paths import PathRefused, not_unicode, repo_path
 from retcon_sandbox.repo.gitrepo import FileChange, PendingTree, Repo, TreeEntry
 from retcon_sandbox.text import restore_undecodable
 
@@ -168,6 +168,10 @@ class WorkState:
 
     def write_file(self, path: str, content: str) -> str:
         path = self._path(path)
+        surrogate = not_unicode(content)
+        if surrogate:
+            raise ToolFailure(f"the content holds a lone surrogate ({surrogate}), which no UTF-8 "
+                              "file can hold: write the character itself")
         data = content.encode("utf-8")
         mode = self._mode(path)
         result = self.box.write_file(path, data, mode)

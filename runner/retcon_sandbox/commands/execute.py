@@ -8,6 +8,7 @@ branch created and the first entry appended.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
 from retcon_sandbox.spec.history import PROVENANCE_PREFIX, Blocked, Done, next_step
 from retcon_sandbox.spec.settings import SandboxSettings
 from retcon_sandbox.spec.statedir import StateDir
+from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import Cache
 from retcon_sandbox.verify.pool import default_jobs
 from retcon_sandbox.verify.stages import Commands, Verifier
@@ -118,6 +120,8 @@ def execute(options: ExecuteOptions) -> int:
     state_dir = StateDir(repo.common_dir())
     with specfile.locked(state_dir.lock_path(specfile.real)):
         spec = specfile.load()
+        specfile.check_appendable()
+        specfile.check_writable()
         revs, tip = check_spec(repo, spec)
         model = ModelOptions(options.model, options.base_url, options.model_timeout,
                              options.temperature, options.max_tokens, options.seed
@@ -221,9 +225,14 @@ def stop_if_blocked(spec: Spec, interactive: bool, reporter: Reporter,
 
 
 def ask_note(commit: CommitSpec, summary: str) -> str | None:
-    sys.stdout.write(f"\n  Commit #{commit.number} is stuck: {summary}\n"
+    """A resolution note typed at the terminal. The summary (the model's words) is shown
+    sanitised; what is typed is read whatever its bytes (a terminal that is not UTF-8 gives
+    surrogates, which the spec records as U+FFFD)."""
+    sys.stdout.write(f"\n  Commit #{commit.number} is stuck: {sanitize(summary)}\n"
                      "  Type a resolution note (recorded as `resolved` and given to the model), "
                      "or SKIP to stop:\n")
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
     try:
         answer = input("  > ").strip()
     except EOFError:

@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import (
-    ConfigError,
     GitError,
     ImageError,
     ModelError,
@@ -26,7 +25,12 @@ from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
-from retcon_sandbox.spec.modeltable import NO_MODEL, ModelTable
+from retcon_sandbox.spec.modeltable import (
+    MAX_MODEL_ATTEMPTS,
+    MAX_MODEL_SECONDS,
+    NO_MODEL,
+    ModelTable,
+)
 from retcon_sandbox.spec.settings import (
     BY_KEY,
     LOWER_ONLY,
@@ -98,10 +102,12 @@ class ModelOptions:
             raise ModelError("a model is named but OPENAI_API_KEY is not set",
                              "Export OPENAI_API_KEY, or give --base-url for an endpoint that "
                              "needs no key (Ollama, vLLM).")
-        attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True))
-        max_wait = seconds_setting("RETCON_SANDBOX_MODEL_MAX_WAIT", 20)
-        timeout = self.timeout or seconds_setting("RETCON_SANDBOX_MODEL_TIMEOUT", 120)
-        deadline = seconds_setting("RETCON_SANDBOX_MODEL_DEADLINE", 600)
+        attempts = int(env_number("RETCON_SANDBOX_MODEL_ATTEMPTS", 6, integer=True,
+                                  maximum=MAX_MODEL_ATTEMPTS))
+        max_wait = env_number("RETCON_SANDBOX_MODEL_MAX_WAIT", 20, maximum=MAX_MODEL_SECONDS)
+        timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120,
+                                             maximum=MAX_MODEL_SECONDS)
+        deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600, maximum=MAX_MODEL_SECONDS)
         from retcon_sandbox.model.llm import ModelSettings
 
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
@@ -109,20 +115,6 @@ class ModelOptions:
                              temperature=_first(self.temperature, table.temperature),
                              max_tokens=_first(self.max_tokens, table.max_tokens),
                              seed=_first(self.seed, table.seed))
-
-
-MAX_SECONDS = 86400.0  # a day: longer is no wait a run means, and past ~24 days sockets fail
-
-
-def seconds_setting(name: str, default: float) -> float:
-    """A number of seconds from the environment variable `name`, from 0 (excluded) to a day."""
-    meaning = f"a number of seconds greater than 0 and at most {MAX_SECONDS:g}"
-    value = env_number(name, default, meaning=meaning)
-    if value > MAX_SECONDS:
-        raise ConfigError(f"{name}={_shortened(os.environ.get(name, ''))} is more than "
-                          f"{MAX_SECONDS:g} seconds (a day)",
-                          f"Set {name} to {meaning}, or unset it (default {default:g}).")
-    return value
 
 
 def _first(given: T | None, spec: T | None) -> T | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from retcon_sandbox.spec.file import (
     atomic_write,
     sync_directory,
     temporary_beside,
+    unwritable,
 )
 from retcon_sandbox.spec.settings import DEFAULTS
 from retcon_sandbox.spec.statedir import StateDir
@@ -222,16 +224,13 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                            + ", ".join(sanitize_name(p) for p in group.paths[:4])
                            + (", …" if len(group.paths) > 4 else "") + ")"), file=out)
     if output is not None:
-        if args.force:
-            atomic_write(output, text.encode("utf-8"))
-        else:
-            write_new(output, text.encode("utf-8"))
+        write_output(output, text.encode("utf-8"), args.force)
     reporter.emit("plan_written", path=str(output) if output else None, commits=len(groups),
                   files=len(facts.changes), **({} if output else {"spec": text}))
     if args.json:
         return EXIT_OK
-    if output is None:
-        sys.stdout.write(text)
+    if output is None:  # exact into a file or pipe; on a terminal, shown as any text is
+        sys.stdout.write(sanitize(text) if sys.stdout.isatty() else text)
         print("\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
               "spec.toml", file=sys.stderr)
     else:
@@ -267,15 +266,58 @@ def write_new(path: Path, data: bytes) -> None:
     sync_directory(path.parent)
 
 
+def write_output(output: Path, data: bytes, force: bool) -> None:
+    """-o FILE: a new file, or with --force a regular file replaced (never a symlink, device,
+    pipe or directory, even one that appeared while plan was working)."""
+    try:
+        if force:
+            _refuse_special(output)
+            atomic_write(output, data)
+        else:
+            write_new(output, data)
+    except OSError as exc:
+        raise _unwritten(output, exc) from None
+
+
+def _unwritten(output: Path, exc: OSError) -> SpecError:
+    why = unwritable(exc, output.parent, "give -o a file in a writable directory")
+    return SpecError(f"cannot write {output}: {exc.strerror or exc}", f"Nothing was written: "
+                     f"{why}, then rerun (or run without -o to print the spec).")
+
+
+_SPECIAL = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+            (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
+            (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_special(output: Path) -> None:
+    """-o names something that is not a regular file: refused, --force or not."""
+    try:
+        mode = os.lstat(output).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+    raise SpecError(f"{output} is {kind}, not a regular file: plan writes a spec file, and "
+                    "never replaces anything else", "Give -o the name of a new file (or, with "
+                    "--force, of a spec file to replace).")
+
+
 def _check_output(output: Path, force: bool) -> None:
-    if (output.exists() or output.is_symlink()) and not force:
-        raise SpecError(f"{output} exists; plan does not overwrite it",
-                        "Give --force to replace it, or another -o FILE.")
-    if output.is_dir():
-        raise SpecError(f"{output} is a directory", "Give -o a file name.")
-    if not output.parent.is_dir():
-        raise SpecError(f"{output.parent} is not a directory", "Create it, or give another "
-                        "-o FILE.")
+    """Before planning: -o FILE can be written (a dry run makes and removes a temporary file
+    beside it)."""
+    try:
+        _refuse_special(output)
+        if output.exists() and not force:
+            raise SpecError(f"{output} exists; plan does not overwrite it",
+                            "Give --force to replace it, or another -o FILE.")
+        if not output.parent.is_dir():
+            raise SpecError(f"{output.parent} is not a directory", "Create it, or give "
+                            "another -o FILE.")
+        os.unlink(temporary_beside(output, b"", 0o600))  # our own, just made
+    except OSError as exc:
+        raise _unwritten(output, exc) from None
 
 
 # --- the model's refinement ------------------------------------------------------------------

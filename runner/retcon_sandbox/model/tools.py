@@ -14,6 +14,7 @@ from typing import Any
 
 from retcon_sandbox.backends.api import ToolFailure
 from retcon_sandbox.backends.workspace import WorkState
+from retcon_sandbox.paths import not_unicode
 from retcon_sandbox.verify.stages import Verifier, describe
 
 # --- how a step ends ------------------------------------------------------------------------
@@ -57,6 +58,16 @@ class EmptyCommit(ToolFailure):
     """create_commit with nothing changed; the agent counts these."""
 
 
+def unicode_text(text: str, what: str) -> str:
+    """`text`, or a ToolFailure when it cannot be written as UTF-8 (it holds a lone surrogate):
+    a message or hints go into a commit or a spec exactly as given."""
+    surrogate = not_unicode(text)
+    if surrogate:
+        raise ToolFailure(f"{what} holds a lone surrogate ({surrogate}), which UTF-8 text "
+                          "cannot hold: write the character itself")
+    return text
+
+
 class Assignments:
     """What the model may assign in a remainder step, and what it did assign."""
 
@@ -86,7 +97,8 @@ class Proposals:
         self.placed: dict[str, int] = {}
 
     def propose(self, message: str, paths: list[str], hints: str) -> str:
-        message = message.strip()
+        message = unicode_text(message, "message").strip()
+        hints = unicode_text(hints, "hints")
         if not message:
             raise ToolFailure("message is empty: give the commit's message")
         wanted = list(dict.fromkeys(paths))
@@ -157,7 +169,7 @@ def _create_commit(ctx: StepContext, a: dict[str, Any]) -> Outcome:
                           "commit. Make the change first; if earlier commits already hold "
                           "everything this commit asks for, call nothing_to_extract; if you "
                           "cannot make progress, call report_stuck.")
-    return Committed(str(a["message"]).strip())
+    return Committed(unicode_text(str(a["message"]), "message").strip())
 
 
 def _report_stuck(ctx: StepContext, a: dict[str, Any]) -> Outcome:

@@ -5,12 +5,17 @@ Writing only ever appends one history entry, as a text splice that keeps every o
 file (comments, layout, CRLF, a byte-order mark), checked by parsing the changed table again, and
 saved atomically. The file is re-read before each append, so the user's edits during a run are
 kept; while it is unchanged, an append costs a splice and a write, whatever the file's size.
+Before a run writes anything, `check_appendable` dry-runs an append to each commit in memory and
+`check_writable` makes (and removes) the temporary file a save needs, so a spec that could not
+be saved is refused before the cleaned branch exists. Any str can be saved: a lone surrogate is
+written U+FFFD (`storable`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import fcntl
 import os
 import re
@@ -27,8 +32,11 @@ from retcon_sandbox.spec import tomltext
 from retcon_sandbox.spec.history import (
     BY_KEY,
     KINDS,
+    Done,
     Entry,
+    Stuck,
     kind_of,
+    next_step,
     sequence_problems,
     value_of,
 )
@@ -107,9 +115,35 @@ def parse(path: Path, text: str) -> Spec:
 
 def _parse_doc(path: Path, text: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text.removeprefix(BOM))
+        return toml_loads(text.removeprefix(BOM))
+    except TomlRefused as exc:
+        raise SpecError(f"{path.name}: not valid TOML: {exc}", exc.hint) from None
+
+
+class TomlRefused(ValueError):
+    """Text tomllib cannot read, for any reason it has: the reason, and what to do (`hint`)."""
+
+    def __init__(self, reason: str, hint: str = "") -> None:
+        super().__init__(reason)
+        self.hint = hint
+
+
+def toml_loads(text: str) -> dict[str, Any]:
+    """`tomllib.loads`, whose every refusal is a TomlRefused: besides its syntax errors, it
+    raises a bare ValueError for an integer of more than `sys.get_int_max_str_digits()` digits
+    and RecursionError for arrays or inline tables nested a few hundred deep."""
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path.name}: not valid TOML: {exc}") from None
+        raise TomlRefused(str(exc)) from None
+    except RecursionError:
+        raise TomlRefused("arrays or inline tables nested too deeply to read",
+                          "Nest them less deeply (a spec needs at most three levels).") from None
+    except ValueError as exc:  # tomllib's own conversions: int() past the digit limit
+        why = str(exc).split(";")[0]  # not its advice to call sys.set_int_max_str_digits()
+        raise TomlRefused(f"a value that cannot be read ({why})",
+                          "Shorten that number: no setting of a spec needs more than 20 "
+                          "digits.") from None
 
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
@@ -280,9 +314,38 @@ def entry_toml(entry: Entry) -> str:
     return f"{{ {kind.key} = {tomltext.basic_string(value_of(entry) or '')} }}"
 
 
+def storable(entry: Entry) -> Entry:
+    """`entry` as a UTF-8 spec can hold it: any lone surrogate in its text (a model's summary
+    or reason, a note typed on a terminal that is not UTF-8) written U+FFFD
+    (`tomltext.unicode_text`)."""
+    value = value_of(entry)
+    if value is None:
+        return entry
+    text = tomltext.unicode_text(value)
+    return entry if text == value else kind_of(entry).make(text)
+
+
+def unwritable(exc: OSError, directory: Path, elsewhere: str) -> str:
+    """What to do when a file cannot be written in `directory` (`elsewhere`: how to write it in
+    another place), for the cause `exc` gives."""
+    return {errno.EROFS: f"it is on a read-only file system: {elsewhere}",
+            errno.ENOSPC: "the disk is full: free some space",
+            errno.EDQUOT: "your disk quota is used up: free some space",
+            errno.ENAMETOOLONG: "its path is too long (with a temporary file's name beside it): "
+                                "use a shorter path"}.get(
+        exc.errno or 0, f"its directory {directory} must be one you can write")
+
+
+TEMPORARY_NAME_BYTES = 200  # of the target's name in a temporary file's: ".<name>.XXXXXXXX.tmp"
+
+
 def temporary_beside(path: Path, data: bytes, mode: int) -> str:
-    """A new temporary file beside `path` holding `data`, fsynced, with `mode`: its name."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """A new temporary file beside `path` holding `data`, fsynced, with `mode`: its name. The
+    name fits whatever the length of `path`'s own (NAME_MAX, 255 bytes)."""
+    name = path.name
+    if len(os.fsencode(name)) > TEMPORARY_NAME_BYTES:
+        name = os.fsencode(name)[:TEMPORARY_NAME_BYTES].decode("utf-8", "ignore")
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -320,6 +383,44 @@ def atomic_write(path: Path, data: bytes) -> None:
     sync_directory(path.parent)
 
 
+PROBE = Stuck("a dry run's entry")  # what `check_appendable` appends in memory
+
+
+def _alone(text: str) -> dict[str, Any] | None:
+    """A [[commit]] table's text read on its own, or None if it does not read."""
+    try:
+        table = toml_loads(text)["commit"][0]
+    except (TomlRefused, KeyError, IndexError, TypeError):
+        return None
+    return table if isinstance(table, dict) else None
+
+
+def _layout_problem(body: str, table: tomltext.CommitTable, whole: dict[str, Any]
+                    ) -> str | None:
+    """Why an entry cannot be spliced into this table's text, if it cannot: part of the commit
+    is written elsewhere in the file, or its history under a key the scanner does not read."""
+    alone = _alone(body[table.header : table.end])
+    if alone != whole:
+        return "part of the commit is written outside its [[commit]] table (a " \
+               "[[commit.history]] table?)"
+    if ("history" in whole) != (table.history is not None):
+        return "its `history` key is spelled in a way retcon-sandbox does not follow (a " \
+               "quoted or escaped key?)"
+    return None
+
+
+def _probe_problem(body: str, table: tomltext.CommitTable) -> str | None:
+    """Why the table's text plus a PROBE entry does not read as the table plus that entry."""
+    text = body[table.header : table.end]
+    local = replace(tomltext.shifted(table, -table.header), end=len(text))
+    appended = _alone(tomltext.apply(text, tomltext.insertion(text, local, entry_toml(PROBE))))
+    before = _alone(text) or {}
+    probe = {kind_of(PROBE).key: value_of(PROBE)}
+    if appended != {**before, "history": [*before.get("history", []), probe]}:
+        return "an entry appended to it would not read back as one more entry"
+    return None
+
+
 @dataclass
 class _Known:
     """The file as this run last read or wrote it, and where its tables are."""
@@ -328,6 +429,7 @@ class _Known:
     spec: Spec
     layout: tomltext.Layout
     data: bytes  # the text as bytes: an unchanged file is recognised without decoding it
+    tables: list[dict[str, Any]]  # each [[commit]] as tomllib reads it from the whole file
 
 
 class SpecFile:
@@ -346,18 +448,65 @@ class SpecFile:
         if self._known is not None and data == self._known.data:
             return self._known
         text = decode(self.real, data)
-        spec = replace(parse(self.path, text), path=self.path)
-        body = text.removeprefix(BOM)
-        try:
-            layout = tomltext.scan(body)
-        except tomltext.TomlScanError as exc:
-            raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
-                            "layout", "Write each commit as a [[commit]] table.") from None
+        doc = _parse_doc(self.path, text)
+        spec = replace(_Validator(self.path).spec(doc), path=self.path)
+        layout = self._scan(text.removeprefix(BOM))
         if len(layout.commits) != len(spec.commits):
             raise SpecError(f"{self.path.name}: write each commit as its own [[commit]] table "
                             "(inline arrays of commits cannot be appended to)")
-        self._known = _Known(text, spec, layout, data)
+        self._known = _Known(text, spec, layout, data, list(doc["commit"]))
         return self._known
+
+    def _scan(self, body: str) -> tomltext.Layout:
+        try:
+            return tomltext.scan(body)
+        except RecursionError:
+            raise SpecError(f"{self.path.name}: arrays or inline tables nested too deeply for "
+                            "retcon-sandbox to append to", "Nest them less deeply.") from None
+        except tomltext.TomlScanError as exc:
+            raise SpecError(f"{self.path.name}: {exc}: retcon-sandbox cannot append to this "
+                            "layout", "Write each commit as a [[commit]] table.") from None
+
+    def check_writable(self) -> None:
+        """Before a run writes anything, when it may append (a commit is not done): a save can
+        make its temporary file beside the spec (the directory is writable, on a file system
+        that is not read-only, and the name fits) to replace the spec with. Nothing is left
+        behind."""
+        if all(isinstance(next_step(c.history), Done) for c in self._read().spec.commits):
+            return
+        try:
+            tmp = temporary_beside(self.real, b"", 0o600)
+        except OSError as exc:
+            raise self._unsaved(exc, "Nothing was written.") from None
+        os.unlink(tmp)  # our own temporary file, just made
+
+    def _unsaved(self, exc: OSError, then: str) -> SpecError:
+        why = unwritable(exc, self.real.parent, "copy it (and run with the copy) somewhere "
+                         "writable")
+        return SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
+                         f"Each step is saved to the spec as it is made, so {why}, then rerun. "
+                         f"{then}")
+
+    def check_appendable(self) -> None:
+        """Before a run writes anything: an entry appended to the history of any commit a run
+        may still append to (one not done), as the file is written now, must read back as that
+        commit plus the entry (a dry run in memory). Raises a SpecError saying how to write the
+        history if not."""
+        known = self._read()
+        body = known.text.removeprefix(BOM)
+        for commit, table, whole in zip(known.spec.commits, known.layout.commits, known.tables,
+                                        strict=True):
+            if isinstance(next_step(commit.history), Done):
+                continue
+            why = _layout_problem(body, table, whole) or _probe_problem(body, table)
+            if why:
+                raise SpecError(
+                    f"{self.path.name}: [[commit]] #{commit.number} ({commit.subject!r}): "
+                    f"retcon-sandbox cannot append to its history as written: {why}",
+                    "Write each commit's history inside its [[commit]] table as `history = "
+                    "[...]`, with the key spelled plainly (not [[commit.history]] tables, nor a "
+                    "quoted or escaped key), or leave it out while it is empty. Nothing was "
+                    "written.")
 
     @contextlib.contextmanager
     def locked(self, lock_path: Path) -> Iterator[SpecFile]:
@@ -367,9 +516,11 @@ class SpecFile:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600)
         except OSError as exc:
+            hint = f"It must be a regular file of yours: remove it (rm -r {lock_path}) and " \
+                "rerun." if os.path.lexists(lock_path) else \
+                f"{lock_path.parent} must be a directory you can write."
             raise LockedError(f"cannot open the lock file {lock_path}: {exc.strerror}",
-                              f"It must be a regular file of yours: remove it (rm -r "
-                              f"{lock_path}) and rerun.") from None
+                              hint) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -385,7 +536,10 @@ class SpecFile:
 
     def append(self, commit: CommitSpec, entry: Entry) -> tuple[Spec, CommitSpec]:
         """Append `entry` to `commit`'s history as the file is now on disk, and save atomically.
-        If the commit can no longer be found with the history we know, nothing is written."""
+        If the commit can no longer be found with the history we know, nothing is written.
+        The entry is recorded as the file can hold it (`storable`): the returned commit has it
+        so."""
+        entry = storable(entry)
         try:
             known = self._read()
         except SpecError as exc:
@@ -393,42 +547,49 @@ class SpecFile:
         index = self._locate(known.spec, commit, entry)
         table = known.layout.commits[index]
         body = known.text.removeprefix(BOM)
+        why = _layout_problem(body, table, known.tables[index])
+        if why:
+            raise self._conflict(entry, f"its history cannot be appended to as written ({why})")
         splices = tomltext.insertion(body, table, entry_toml(entry))
         new_body = tomltext.apply(body, splices)
         delta = len(new_body) - len(body)
-        updated = self._checked(known.spec.commits[index], entry, body, new_body, table, delta)
+        updated, read = self._checked(known.spec.commits[index], entry, body, new_body, table,
+                                      delta)
         new_text = (BOM if known.text.startswith(BOM) else "") + new_body
         new_data = new_text.encode("utf-8")
         try:
             atomic_write(self.real, new_data)
         except OSError as exc:
-            raise SpecError(f"cannot save {self.path}: {exc.strerror or exc}",
-                            f"Its directory must be writable. The entry that was not recorded: "
-                            f"history = [..., {entry_toml(entry)}]") from None
+            raise self._unsaved(exc, f"The entry that was not recorded: history = [..., "
+                                f"{entry_toml(entry)}]") from None
         commits = list(known.spec.commits)
         commits[index] = updated
         spec = replace(known.spec, commits=tuple(commits))
         rescanned = tomltext.scan(new_body, table.header, table.end + delta).commits[0]
         tables = [*known.layout.commits[:index], rescanned,
                   *(tomltext.shifted(t, delta) for t in known.layout.commits[index + 1:])]
-        self._known = _Known(new_text, spec, tomltext.Layout(tuple(tables)), new_data)
+        read_tables = list(known.tables)
+        read_tables[index] = read
+        self._known = _Known(new_text, spec, tomltext.Layout(tuple(tables)), new_data,
+                             read_tables)
         return spec, updated
 
     def _checked(self, commit: CommitSpec, entry: Entry, body: str, new_body: str,
-                 table: tomltext.CommitTable, delta: int) -> CommitSpec:
-        """Parse the changed table again: it must be the old one plus exactly this entry."""
+                 table: tomltext.CommitTable, delta: int) -> tuple[CommitSpec, dict[str, Any]]:
+        """Parse the changed table again: it must be the old one plus exactly this entry.
+        Returns the commit, and the table as tomllib reads it."""
         validator = _Validator(self.path)
         try:
-            old = tomllib.loads(body[table.header : table.end])["commit"][0]
-            new = tomllib.loads(new_body[table.header : table.end + delta])["commit"][0]
+            old = toml_loads(body[table.header : table.end])["commit"][0]
+            new = toml_loads(new_body[table.header : table.end + delta])["commit"][0]
             updated = validator.commit(new, commit.number)
-        except (tomllib.TOMLDecodeError, SpecError, KeyError, IndexError) as exc:
+        except (TomlRefused, SpecError, KeyError, IndexError) as exc:
             raise self._conflict(entry, f"the entry could not be added safely ({exc})") from None
         old_history = old.get("history", [])
         if {**old, "history": [*old_history, new["history"][-1]]} != new or \
                 updated.history != (*commit.history, entry):
             raise self._conflict(entry, "the entry could not be added safely")
-        return updated
+        return updated, new
 
     def _locate(self, current: Spec, commit: CommitSpec, entry: Entry) -> int:
         def fits(c: CommitSpec) -> bool:

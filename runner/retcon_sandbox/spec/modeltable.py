@@ -22,6 +22,10 @@ COMMAND_LINE_ONLY.update({"url": COMMAND_LINE_ONLY["base_url"],
                           "key": COMMAND_LINE_ONLY["api_key"]})
 
 temperature = number(0, 2)
+# Not in the table but on the command line and in the environment: past these, a value means
+# "for ever" and would overflow the timers (a timeout of 1e300 s).
+MAX_MODEL_SECONDS = 86400.0  # a model's timeout, deadline or wait between attempts: one day
+MAX_MODEL_ATTEMPTS = 1000
 max_tokens = number(1, 10_000_000, integer=True)
 seed = number(0, 2**63 - 1, integer=True)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from retcon_sandbox.errors import RetconError
 
 NAME = "retcon-sandbox"
+STEM_BYTES = 64  # of a spec's name in a state file's name ("<stem>-<hash>.transcript.jsonl")
 SCOPE_FILE = "environment-scope"
 
 
@@ -40,8 +41,13 @@ class StateDir:
 
     @staticmethod
     def key(spec_real: Path) -> str:
-        digest = hashlib.sha256(str(spec_real).encode("utf-8", "surrogateescape")).hexdigest()
-        return f"{spec_real.stem}-{digest[:8]}"
+        """The spec's name in this directory: its stem, cut to STEM_BYTES bytes so that every
+        file named after it fits a file name (NAME_MAX, 255 bytes), and a hash of its path."""
+        digest = hashlib.sha256(os.fsencode(spec_real)).hexdigest()
+        stem = spec_real.stem
+        if len(os.fsencode(stem)) > STEM_BYTES:
+            stem = os.fsencode(stem)[:STEM_BYTES].decode("utf-8", "ignore")
+        return f"{stem}-{digest[:8]}"
 
     def lock_path(self, spec_real: Path) -> Path:
         return self.ensure() / f"{self.key(spec_real)}.lock"

@@ -270,10 +270,31 @@ def shifted(table: CommitTable, delta: int) -> CommitTable:
                    last_line_end=table.last_line_end + delta, history=history)
 
 
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unicode_text(value: str) -> str:
+    """`value` as a UTF-8 file can hold it: each lone surrogate (a model's unpaired `\\ud800`
+    escape, a byte a terminal sent that was not UTF-8) becomes U+FFFD, the replacement
+    character, as a decoder shows what it could not read. TOML has no escape for a lone
+    surrogate, and a visible `\\udXXX` would read back as other text."""
+    return _SURROGATE.sub(REPLACEMENT, value)
+
+
+# Written as \uXXXX escapes, though TOML allows them as they are: C1 controls, and the
+# bidirectional and invisible characters `text.sanitize` escapes (a U+202E in a file name would
+# reorder the spec's line in an editor or a terminal).
+_ESCAPED = re.compile("[\x80-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                      "\u2066-\u206f\ufeff\ufff9-\ufffb]")
+
+
 def basic_string(value: str) -> str:
-    """A TOML basic string: one line, every control character escaped."""
+    """A TOML basic string: one line, every control, bidirectional or invisible character
+    escaped, any lone surrogate written U+FFFD (`unicode_text`): it never fails, whatever the
+    str, and reads back as that str (but for the surrogates)."""
     out = ['"']
-    for char in value:
+    for char in unicode_text(value):
         if char == '"':
             out.append('\\"')
         elif char == "\\":
@@ -284,7 +305,7 @@ def basic_string(value: str) -> str:
             out.append("\\t")
         elif char == "\r":
             out.append("\\r")
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
+        elif ord(char) < 0x20 or ord(char) == 0x7F or _ESCAPED.match(char):
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)
