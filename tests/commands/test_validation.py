@@ -327,23 +327,6 @@ def test_a_spec_that_cannot_be_saved_is_refused_before_anything(demo: Demo,
     assert "Checking the base commit" not in result.out
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any directory")
-def test_a_spec_in_a_directory_you_cannot_write_is_refused_before_anything(
-        demo: Demo, tmp_path: Path) -> None:
-    folder = tmp_path / "readonly"
-    folder.mkdir()
-    spec = folder / "spec.toml"
-    spec.write_bytes(demo.spec.read_bytes())
-    folder.chmod(0o555)
-    try:
-        result = cli("execute", str(spec), *LOCAL, cwd=demo.path)
-    finally:
-        folder.chmod(0o755)
-    assert result.code == 1 and "cannot save" in result.err, result.out + result.err
-    assert f"its directory {folder} must be one you can write" in result.err
-    assert "feature-clean" not in git(demo.path, "branch", "--list")
-
-
 def test_a_setup_input_that_matches_no_file_is_refused(demo: Demo) -> None:
     result = refused(edited(demo, "[sandbox]", '[sandbox]\nsetup = "true"\n'
                             'setup_inputs = ["requirements/nope*.txt"]'))
