@@ -114,7 +114,8 @@ def seed(text: str) -> int:
 def base_url(text: str) -> str:
     problem = url_problem(text)
     if problem:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an endpoint's base URL: {problem}")
+        shown = repr(text) if len(text) <= 120 else f"{text[:120]!r}… ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"{shown} is not an endpoint's base URL: {problem}")
     return text
 
 

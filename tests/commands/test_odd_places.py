@@ -47,3 +47,22 @@ def test_a_revision_range_longer_than_a_file_name_is_a_range(demo: Demo) -> None
     result = cli("verify", f"main..{branch}", *LOCAL, "--build", "true", cwd=demo.path)
     assert result.code == 0, result.out + result.err
     assert "2 commits: 2 passed" in result.out and "internal error" not in result.err
+
+
+def test_plan_from_a_deleted_directory_finds_its_repo(demo: Demo, tmp_path: Path) -> None:
+    planned = from_deleted_directory(tmp_path, "plan", "--repo", str(demo.path), "--source",
+                                     "feature")
+    assert planned.code == 0, planned.out + planned.err
+    assert "[[commit]]" in planned.out
+    alone = from_deleted_directory(tmp_path, "plan", "--source", "feature")
+    assert alone.code == 1 and "the current directory no longer exists" in alone.err
+
+
+def test_a_spec_path_too_long_to_read_and_a_long_base_url_are_clear_errors(demo: Demo,
+                                                                           tmp_path: Path) -> None:
+    result = cli("status", str(tmp_path / ("d" * 300) / "x.toml"))
+    assert result.code == 1 and "cannot read: File name too long" in result.err, result.err
+    url = "http://" + "a" * 3000 + ".com/v1"
+    result = cli("execute", str(demo.spec), *LOCAL, "--base-url", url)
+    assert result.code == 2 and "(3014 characters) is not an endpoint's base URL" in result.err
+    assert url not in result.err and "internal error" not in result.err

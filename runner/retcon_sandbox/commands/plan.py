@@ -82,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _repo(args: argparse.Namespace) -> Repo:
     """--repo DIR, else the repository containing the current directory."""
-    if args.repo:
-        return find_repo(Path(args.repo), Path.cwd())
-    return Repo(Path.cwd())
+    return find_repo(Path(args.repo) if args.repo else None, None)
 
 
 def choose(repo: Repo, source: str | None, remote: str | None, cleaned: str | None) -> Target:

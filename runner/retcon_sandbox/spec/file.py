@@ -82,7 +82,12 @@ def read_text(path: Path) -> str:
 
 
 def read_bytes(path: Path) -> bytes:
-    if not path.parent.is_dir():
+    try:
+        folder = path.parent.is_dir()
+    except OSError as exc:  # a name too long, a folder that cannot be searched
+        raise SpecError(f"{str(path)[:300]}: cannot read: {exc.strerror}",
+                        "Check the path.") from None
+    if not folder:
         raise SpecError(f"{path}: the directory {path.parent} does not exist",
                         "Check the path, or run `retcon-sandbox prompt` for how to write a spec.")
     try:
