@@ -120,7 +120,7 @@ def test_outside_a_repository_and_with_a_detached_head(demo: Demo, tmp_path: Pat
     nowhere = tmp_path / "nowhere"
     nowhere.mkdir()
     result = cli("plan", cwd=nowhere)
-    assert result.code == 1 and "not inside a git repository" in result.err
+    assert result.code == 1 and "no git repository here" in result.err
     demo.git("checkout", "-q", "--detach", "feature")
     result = cli("plan", cwd=demo.path)
     assert result.code == 2 and "--source" in result.err
