@@ -249,6 +249,11 @@ class OpenAIChat:
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, _client_errors()):  # older SDKs wrap what the client refused:
+                raise self._unusable(cause) from None  # no connection was tried, none will be
+            raise
         if not isinstance(response, ChatCompletion):
             raise self._bad_answer(_what_it_is(response))
         return _reply(response, self._bad_answer)
