@@ -55,6 +55,12 @@ def not_unicode(text: str, names: bool = False) -> str | None:
     return None
 
 
+def parents(path: str) -> list[str]:
+    """The folders a repository path is in, outermost first: `a/b/c` -> `a`, `a/b`."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def repo_path(path: str) -> str:
     """Normalise a repository-relative path the model gave, or refuse it."""
     if not isinstance(path, str) or not path.strip():

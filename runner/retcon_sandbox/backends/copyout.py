@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from retcon_sandbox.errors import SandboxError
-from retcon_sandbox.paths import dotgit_component
+from retcon_sandbox.paths import dotgit_component, parents
 from retcon_sandbox.protocol import (
     EXPORT_BLOCK,
     EXPORT_CHUNK,
@@ -180,11 +180,11 @@ class ExportReader:
         if path in self._names or path in self._dirs:
             raise refused(f"the name {sanitize_name(path)} comes twice, or as a file and a "
                           "directory")
-        parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
-        if any(parent in self._names for parent in parents):
+        folders = parents(path)
+        if any(folder in self._names for folder in folders):
             raise refused(f"the name {sanitize_name(path)} is under a name that is a file")
         self._names.add(path)
-        self._dirs.update(parents)
+        self._dirs.update(folders)
         return path
 
     def _body(self, path: str, size: int) -> Iterator[bytes]:

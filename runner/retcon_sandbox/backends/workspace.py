@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from retcon_sandbox.backends.api import HelperSandbox, Sandbox, ToolFailure
 from retcon_sandbox.errors import GitError
-from retcon_sandbox.paths import PathRefused, not_unicode, repo_path
+from retcon_sandbox.paths import PathRefused, not_unicode, parents, repo_path
 from retcon_sandbox.repo.gitrepo import FileChange, PendingTree, Repo, TreeEntry
 from retcon_sandbox.text import restore_undecodable
 
@@ -118,7 +118,7 @@ class WorkState:
         self._changes[change.path] = change
         self._tree = None
         if self._folders is not None and change.entry is not None:
-            self._folders.update(_folders_of(change.path))
+            self._folders.update(parents(change.path))
 
     def _mode(self, path: str) -> str:
         current = self._changes.get(path)
@@ -153,12 +153,12 @@ class WorkState:
             return False
         if entry is not None and entry.mode not in (*REGULAR, SYMLINK):
             return False
-        if any(self._entry(folder) is not None for folder in _folders_of(path)):
+        if any(self._entry(folder) is not None for folder in parents(path)):
             return False
         if old is not None:
             return True
         if self._folders is None:
-            self._folders = {f for name in self._base_entries for f in _folders_of(name)}
+            self._folders = {f for name in self._base_entries for f in parents(name)}
         return path not in self._folders
 
     def _entry(self, path: str) -> TreeEntry | None:
@@ -226,12 +226,6 @@ class WorkState:
             return (diff[: DIFF_CAP // 2] + f"\n[... {len(diff) - DIFF_CAP} characters omitted: "
                     "call read_diff with a path ...]\n" + diff[-DIFF_CAP // 2 :])
         return diff
-
-
-def _folders_of(path: str) -> list[str]:
-    """`a/b/c` -> `a`, `a/b`."""
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _checked(path: str) -> str:
