@@ -18,7 +18,7 @@ from retcon_sandbox.spec.history import (
     commits_created,
     next_step,
 )
-from retcon_sandbox.text import sanitize, sanitize_name
+from retcon_sandbox.text import sanitize
 
 
 @dataclass(frozen=True)
@@ -135,17 +135,9 @@ def source_names(repo: Repo, revs: Revisions) -> None:
 def file_sizes(repo: Repo, revs: Revisions, max_file_size: int) -> None:
     """No file to reconstruct is over `max_file_size` (the host would refuse to read it in the
     middle of the run, after earlier commits were made): refused before anything is written."""
-    source = repo.ls_tree(repo.tree_of(revs.source))
-    changed = {p: source[p] for p in repo.changed_paths(revs.base, revs.source)
-               if p in source and source[p].mode in ("100644", "100755", "120000")}
-    sizes = repo.blob_sizes(sorted({e.sha for e in changed.values()}))
-    for path, entry in sorted(changed.items()):
-        size = sizes.get(entry.sha, 0)
-        if size > max_file_size:
-            raise GitError(f"{sanitize_name(path)} is {size} bytes on the source branch, over "
-                           f"the largest file the host reads ({max_file_size} bytes)",
-                           "Raise [sandbox] max_file_size if you trust this repository; "
-                           "nothing was written.")
+    changed = sorted((path, new) for path, _, _, new in repo.diff_entries(revs.base, revs.source)
+                     if new is not None)
+    repo.refuse_oversized(changed, max_file_size, " on the source branch", " Nothing was written.")
 
 
 def path_patterns(repo: Repo, spec: Spec, tip: str, source: str) -> None:

@@ -561,13 +561,21 @@ class Repo:
         checked first: a file over `max_file_size` stops here, before anything is read."""
         items = sorted((path, entry) for path, entry in self.ls_tree(tree).items()
                        if entry.mode in ("100644", "100755", "120000"))  # submodules: no content
-        sizes = self.blob_sizes(sorted({entry.sha for _, entry in items}))
-        for path, entry in items:
-            if sizes.get(entry.sha, 0) > max_file_size:
-                raise GitError(f"{sanitize_name(path)} is {sizes[entry.sha]} bytes, over the "
-                               f"largest file the host reads ({max_file_size} bytes)",
-                               "Raise [sandbox] max_file_size if you trust this repository.")
+        sizes = self.refuse_oversized([(path, entry.sha) for path, entry in items], max_file_size)
         return TarStream(self._tar_blocks(items, sizes), len(items))
+
+    def refuse_oversized(self, blobs: list[tuple[str, str]], max_file_size: int,
+                         where: str = "", then: str = "") -> dict[str, int]:
+        """The sizes of the (path, blob) pairs' objects, from one `cat-file --batch-check`;
+        a GitError naming the first path over `max_file_size` (`where`: on which revision;
+        `then`: more of the hint), before any content is read."""
+        sizes = self.blob_sizes(sorted({sha for _, sha in blobs}))
+        for path, sha in blobs:
+            if sizes.get(sha, 0) > max_file_size:
+                raise GitError(f"{sanitize_name(path)} is {sizes[sha]} bytes{where}, over the "
+                               f"largest file the host reads ({max_file_size} bytes)",
+                               f"Raise [sandbox] max_file_size if you trust this repository.{then}")
+        return sizes
 
     def _tar_blocks(self, items: list[tuple[str, TreeEntry]], sizes: dict[str, int]
                     ) -> Iterator[bytes]:
