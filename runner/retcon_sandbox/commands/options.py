@@ -240,12 +240,18 @@ def sandbox_settings(spec: Spec, image: str | None, build: str | None, test: str
     try:
         settings = spec.sandbox.replace(**overrides)
     except SettingError as exc:
-        key, message = exc.args
-        raise UsageError(f"--{key.replace('_', '-')}: {message}") from None
+        raise setting_refused(exc) from None
     for key, value in overrides.items():
         if value is not None and value != getattr(spec.sandbox, key):
             reporter.emit("override", key=key, value=value, spec=getattr(spec.sandbox, key))
     return settings
+
+
+def setting_refused(exc: SettingError) -> UsageError:
+    """A command-line override `SandboxSettings.replace` refused (its args: key, message), as
+    the usage error naming its option."""
+    key, message = exc.args
+    return UsageError(f"--{key.replace('_', '-')}: {message}")
 
 
 def limit_options(args: object) -> dict[str, object]:

@@ -27,6 +27,7 @@ from retcon_sandbox.commands.options import (
     limit_options,
     make_backends,
     sandbox_settings,
+    setting_refused,
 )
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.repo.gitrepo import Repo
@@ -285,8 +286,7 @@ def command_line_settings(args: argparse.Namespace) -> SandboxSettings:
         return DEFAULTS.replace(image=args.image, build=args.build, test=args.test,
                                 timeout=args.timeout, **limit_options(args))
     except SettingError as exc:
-        key, message = exc.args
-        raise UsageError(f"--{key.replace('_', '-')}: {message}") from None
+        raise setting_refused(exc) from None
 
 
 def spec_range(repo: Repo, spec: Spec) -> tuple[str, list[tuple[str, str, str]]]:
