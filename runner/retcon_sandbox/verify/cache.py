@@ -151,7 +151,7 @@ def authentic(tree: str, record: dict[str, Any], key: UserKey) -> bool:
 # As `CommandResult.verdict` writes them: an exit status 1-255, a signal 1-64, whole seconds
 _VERDICT = re.compile(r"PASS|FAIL \((?:exit (?:[1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-5])|"
                       r"killed by signal (?:[1-9]|[1-5][0-9]|6[0-4])|"
-                      r"timed out after (?:0|[1-9][0-9]{0,5})s)\)")
+                      r"timed out after (?P<after>0|[1-9][0-9]{0,5})s)\)")
 MAX_TIMEOUT = 86_400  # the largest `timeout` a run can have (spec/settings.py)
 LATE_S = 300  # how far past its timeout a stage may end (the sandbox is stopped, then read)
 _BY = re.compile(r"retcon-sandbox [0-9A-Za-z.+!_-]{1,40}")
@@ -200,9 +200,9 @@ def _stage(raw: object, key: Key) -> Stage:
     verdict = _str(raw["verdict"], 80)
     passed, timed_out = _bool(raw["passed"]), _bool(raw["timed_out"])
     seconds = _num(raw["seconds"])  # a timeout's verdict gives them, whole (`after 600s`)
-    if not _VERDICT.fullmatch(verdict) or passed != (verdict == "PASS") or \
-            timed_out != verdict.startswith("FAIL (timed out") or \
-            (timed_out and abs(int(verdict.rsplit(" ", 1)[-1][:-2]) - seconds) > 1):
+    form = _VERDICT.fullmatch(verdict)
+    if not form or passed != (verdict == "PASS") or timed_out != (form["after"] is not None) \
+            or (timed_out and abs(int(form["after"]) - seconds) > 1):
         raise Foreign("not a verdict")
     return Stage(which, command, verdict, passed, timed_out, seconds)
 
