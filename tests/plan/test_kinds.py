@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from retcon_sandbox.plan.kinds import imports, kind
+from retcon_sandbox.plan.kinds import kind
+from retcon_sandbox.sourceimports import imports
 
 
 def test_kinds() -> None:

@@ -62,6 +62,7 @@ from retcon_sandbox.errors import ConfigError, ImageError, SandboxError, SetupEr
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.report import Reporter
+from retcon_sandbox.sourceimports import imports
 from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
 from retcon_sandbox.spec.statedir import StateDir
 
@@ -810,9 +811,6 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, 
 
 _WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
 _QUOTED = re.compile(r"'([^'\n]+)'|\"([^\"\n]+)\"")  # a quoted word may hold spaces
-# Python's imports: `import a.b, c` and `from .a.b import c, d` (a module or a package's names)
-_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w \t,]+)|"
-                     r"import[ \t]+([\w. \t,]+))", re.MULTILINE)
 # A tool a setup command runs may run files no word names: a crate's build script, npm's
 # lifecycle scripts (`package.json` "postinstall", read for the files they name in turn).
 _TOOL_FILES = {"cargo": ("build.rs",)}
@@ -866,10 +864,9 @@ def _lifecycle_named(entries: dict[str, TreeEntry], read: ReadBlob) -> set[str]:
     return found
 
 
-def _named_by(text: str, directories: list[str], python: bool = False) -> set[str]:
+def _named_by(text: str, directories: list[str]) -> set[str]:
     """The paths `text` names from the root or from `directories` (a `cd` adds its own): its
-    words and quoted words, `-m` modules, the files of the tools it runs, and (`python`) the
-    modules it imports."""
+    words and quoted words, `-m` modules and the files of the tools it runs."""
     found: set[str] = set()
     directories = list(directories)
     words = _WORD.findall(text)
@@ -887,8 +884,6 @@ def _named_by(text: str, directories: list[str], python: bool = False) -> set[st
         found.update(_joined(d, name) for d in directories for name in _TOOL_FILES.get(tool, ()))
     quoted = {a or b for a, b in _QUOTED.findall(text)}
     found.update(_under(directories, quoted))
-    if python:
-        found.update(_under(directories, _imported(text)))
     found.discard(".")
     return found
 
@@ -907,31 +902,12 @@ def _module_paths(name: str) -> set[str]:
     return {f"{path}.py", path} if path else set()
 
 
-def _imported(text: str) -> set[str]:
-    """The modules a Python file imports, as paths from its directories: `import a.b`,
-    `from a import b` (b may be a module), `from .a import b` (relative: `./a`, `../a`)."""
-    found: set[str] = set()
-    for dots, module, names, plain in _IMPORT.findall(text):
-        if plain:
-            for name in re.split(r"[\s,]+", plain.strip()):
-                found.update(_module_paths(name.split(" as ")[0]))
-            continue
-        up = "../" * max(len(dots) - 1, 0)
-        base = f"{up}{module.replace('.', '/')}".rstrip("/") if module else up.rstrip("/")
-        if module:
-            found.update(f"{up}{p}" for p in _module_paths(module))
-        for name in re.split(r"[\s,]+", names.strip()):
-            if re.fullmatch(r"\w+", name):
-                found.update({f"{base}/{name}.py", f"{base}/{name}"} if base else
-                             {f"{name}.py", name})
-    return found
-
-
 def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget | None,
               read: ReadBlob | None) -> set[str]:
     """`found` with the files under named directories, the targets of named links and (with
-    `read`) what named files name in turn."""
+    `read`) what named files name or import in turn."""
     named: set[str] = set()
+    tree: frozenset[str] = frozenset()  # the tree's paths, once a scanned file needs them
     pending = sorted(found)
     scanned = 0
     while pending:  # ends: a path is followed once, and at most _SCANNED files add names
@@ -954,8 +930,10 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
             data = read(entry.sha)
             if data is not None and len(data) <= _SCAN_LIMIT and b"\0" not in data:
                 text = data.decode("utf-8", "replace")
-                pending.extend(sorted(_named_by(text, ["", directory] if directory else [""],
-                                                python=path.endswith(".py")) - named))
+                tree = tree or frozenset(entries)
+                runs = _named_by(text, ["", directory] if directory else [""]) | \
+                    imports(path, text, tree, script=True)  # what a named script imports
+                pending.extend(sorted(runs - named))
     return named
 
 

@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from retcon_sandbox.plan.facts import Facts
-from retcon_sandbox.plan.kinds import imports, kind, test_file
+from retcon_sandbox.plan.kinds import kind, test_file
+from retcon_sandbox.sourceimports import imports
 from retcon_sandbox.text import sanitize, sanitize_name
 
 JACCARD = 0.5
