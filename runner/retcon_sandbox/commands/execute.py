@@ -170,8 +170,7 @@ def check_spec(repo: Repo, spec: Spec) -> tuple[checks.Revisions, str]:
     the revisions and the cleaned branch's tip (the merge-base before the first commit)."""
     revs = checks.revisions(repo, spec)
     checks.recorded_commits(repo, spec)
-    checks.source_names(repo, revs)
-    checks.file_sizes(repo, revs, spec.sandbox.max_file_size)
+    checks.source_files(repo, revs, spec.sandbox.max_file_size)
     tip = repo.branch_sha(spec.cleaned) or revs.base
     checks.path_patterns(repo, spec, tip, revs.source)
     check_inputs(repo, spec.sandbox, [revs.base, revs.source], f"{spec.remote} or {spec.source}")

@@ -125,19 +125,16 @@ def off_chain(repo: Repo, spec: Spec, chain: list[str], tip: str) -> OffChain | 
     return next((OffChain(n, sha) for n, sha, at in late if at <= main_end), None)
 
 
-def source_names(repo: Repo, revs: Revisions) -> None:
-    """No path to reconstruct is one git treats as `.git` (it would never be committed, so the
-    final tree could not equal the source's): refused by name before anything is written."""
-    for path in repo.changed_paths(revs.base, revs.source):
+def source_files(repo: Repo, revs: Revisions, max_file_size: int) -> None:
+    """The files to reconstruct, from one diff of the merge-base and the source, before anything
+    is written: no path is one git treats as `.git` (it would never be committed, so the final
+    tree could not equal the source's), and no file is over `max_file_size` (the host would
+    refuse to read it in the middle of the run, after earlier commits were made)."""
+    changed = repo.diff_entries(revs.base, revs.source)
+    for path, _, _, _ in changed:
         refuse_dotgit(path)
-
-
-def file_sizes(repo: Repo, revs: Revisions, max_file_size: int) -> None:
-    """No file to reconstruct is over `max_file_size` (the host would refuse to read it in the
-    middle of the run, after earlier commits were made): refused before anything is written."""
-    changed = sorted((path, new) for path, _, _, new in repo.diff_entries(revs.base, revs.source)
-                     if new is not None)
-    repo.refuse_oversized(changed, max_file_size, " on the source branch", " Nothing was written.")
+    repo.refuse_oversized(sorted((path, new) for path, _, _, new in changed if new is not None),
+                          max_file_size, " on the source branch", " Nothing was written.")
 
 
 def path_patterns(repo: Repo, spec: Spec, tip: str, source: str) -> None:
