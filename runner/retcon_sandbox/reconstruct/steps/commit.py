@@ -115,12 +115,12 @@ def blocked_error(spec_name: str, commit: CommitSpec, summary: str, previously: 
                    f"  commit #{commit.number} ({commit.subject}): {summary}")
     accept = " (or, once you have checked them, add --accept-provenance)" \
         if summary.startswith(PROVENANCE_PREFIX) else ""
-    first = ""
+    steps = (f"Edit {spec_name} and add after the `stuck` entry:\n"
+             '    { resolved = "description of what you changed" }\n'
+             f"then rerun the same command{accept}.")
     if summary.startswith(NO_MODEL_PREFIX):  # a rerun tests the same tree: something must change
-        first = (f"No model will change this commit: fix it yourself with a commit on "
+        steps = (f"No model will change this commit: fix it yourself with a commit on "
                  f"{cleaned or 'the cleaned branch'} (its `paths` are not taken again once it "
-                 "is made), or configure a model (--model, OPENAI_API_KEY) to fix it. Then ")
-    return StuckError(message, f"{first}{'e' if first else 'E'}dit {spec_name} and add after "
-                      "the `stuck` entry:\n"
-                      '    { resolved = "description of what you changed" }\n'
-                      f"then rerun the same command{accept}.")
+                 "is made), or configure a model (--model, OPENAI_API_KEY) to fix it.\n"
+                 + steps)
+    return StuckError(message, steps)
