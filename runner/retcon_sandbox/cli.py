@@ -239,9 +239,9 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
         _cache_options(p, "the squash check")
         p.add_argument("--pipeline", dest="pipeline", action="store_const", const="full",
                        help="while a commit builds and tests, also let the model extract the "
-                       "next one ahead, kept only if the commit needed no fix (same history as "
-                       "without; by default only the next sandbox is prepared ahead, except "
-                       "over ssh://)")
+                       "next one ahead, kept only if the commit needed no fix (the same history "
+                       "as without). Default: the pre-warm: only the next sandbox is prepared "
+                       "ahead (nothing over ssh://)")
         p.add_argument("--no-pipeline", dest="pipeline", action="store_const", const="off",
                        help="one thing at a time: not even the next sandbox is prepared ahead")
         p.add_argument("--strict-provenance", action="store_true",
@@ -307,9 +307,11 @@ def _plan(sub: argparse._SubParsersAction[_Parser]) -> None:
         "ordered so each builds, from how files changed together (a model, if configured, "
         "refines it through the sandboxed read-only file tools). --check SPEC says what a "
         "spec's paths leave uncovered or cover twice (exit 4).")
-    p.add_argument("--source", metavar="BRANCH", help="the messy branch (default: the current)")
-    p.add_argument("--remote", metavar="BRANCH", help="what it merges into (default: its "
-                   "upstream, else main, else master)")
+    p.add_argument("--source", metavar="BRANCH", help="the messy branch (default: the current "
+                   "branch)")
+    p.add_argument("--remote", metavar="BRANCH", help="what it merges into (default: of its "
+                   "upstream, main and master, and their copies on the upstream's remote and "
+                   "origin, the one sharing the most history)")
     p.add_argument("--cleaned", metavar="BRANCH", help="the clean branch (default: "
                    "<source>-clean)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the spec here (default: "
