@@ -1,9 +1,10 @@
-"""The GitHub Actions recipe (docs/ci/github-actions.yml, shown verbatim in the README's "Use in
-CI"): a structural check of the workflow, since GitHub's JSON schema (schemastore) cannot be
-reached from here. It checks what a run needs: the triggers and jobs, steps that are either
-`uses` or `run`, write permission for the push, every retcon-sandbox command line accepted by
-our own parser, and every uploaded artifact made by an earlier step (or in the checkout) and
-outside hidden folders, which upload-artifact skips."""
+"""The GitHub Actions recipe (docs/ci/github-actions.yml, shown verbatim in docs/verify.md).
+
+GitHub's JSON schema (schemastore) cannot be reached from here, so this checks the workflow's
+structure: what a run needs. The triggers and jobs. Steps that are either `uses` or `run`.
+Write permission for the push. Every retcon-sandbox command line accepted by our own parser.
+Every uploaded artifact made by an earlier step (or in the checkout), and outside hidden
+folders, which upload-artifact skips."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ def runs() -> list[str]:
     return [s["run"] for s in steps() if "run" in s]
 
 
-def test_the_readme_shows_the_workflow_verbatim() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Use in CI\n", 1)[1].split("\n## ", 1)[0]
+def test_the_verify_page_shows_the_workflow_verbatim() -> None:
+    page = (ROOT / "docs" / "verify.md").read_text(encoding="utf-8")
+    section = page.split("\n## Use in CI\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert blocks == [WORKFLOW.read_text(encoding="utf-8")]
 

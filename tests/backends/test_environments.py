@@ -328,10 +328,10 @@ def test_a_change_to_an_input_gets_the_commands_a_new_sandbox(tmp_path: Path) ->
         assert "x = 2" in box.read_file("app.py").text
 
 
-def test_the_readme_lists_every_sandbox_setting() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_spec_page_lists_every_sandbox_setting() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text()
     for setting in SETTINGS:
-        assert f"| `{setting.key}` | {setting.shown} | {setting.meaning} |" in readme, setting.key
+        assert f"| `{setting.key}` | {setting.shown} | {setting.meaning} |" in page, setting.key
 
 
 def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.MonkeyPatch

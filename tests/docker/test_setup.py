@@ -47,11 +47,11 @@ RUN = uuid.uuid4().hex
 
 
 def recipe(name: str) -> str:
-    """The `[sandbox]` body of the README's recipe `name`, exactly as written there."""
-    readme = (ROOT / "README.md").read_text()
+    """The `[sandbox]` body of docs/setup.md's recipe `name`, exactly as written there."""
+    page = (ROOT / "docs" / "setup.md").read_text()
     match = re.search(r"```toml\n# recipe: " + re.escape(name) + r"\b[^\n]*\n\[sandbox\]\n(.*?)```",
-                      readme, re.DOTALL)
-    assert match, f"no recipe {name!r} in the README"
+                      page, re.DOTALL)
+    assert match, f"no recipe {name!r} in docs/setup.md"
     return match.group(1).strip()
 
 
