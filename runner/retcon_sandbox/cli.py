@@ -215,6 +215,12 @@ def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
                         "(claimed by others: whoever can push refs/notes/retcon-sandbox)")
 
 
+def _summary_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--summary", metavar="FILE",
+                        help="append a Markdown summary of the run to FILE, e.g. "
+                        "\"$GITHUB_STEP_SUMMARY\" (a GitHub Actions job summary)")
+
+
 def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
     for name in ("execute", "reconstruct"):
         p = sub.add_parser(name, help="run or resume the reconstruction of SPEC" if name ==
@@ -294,6 +300,7 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "failing commit (the run's own output is never read as a workflow command)")
     p.add_argument("--junit", metavar="FILE",
                    help="also write a JUnit XML report: one test case per commit")
+    _summary_option(p)
     p.add_argument("--shard", type=shard_option, metavar="K/N",
                    help="verify only job K's share of N (a CI matrix): the range's distinct "
                    "trees in order, round robin; N jobs cover each tree once (docs/scaling.md)")
