@@ -266,6 +266,7 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
         p.add_argument("--non-interactive", action="store_true",
                        help="never ask for a resolution note; stop with exit 3")
         p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")
+        _summary_option(p)
         p.set_defaults(command="execute")
 
 
