@@ -338,6 +338,31 @@ def _plan(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(command="plan")
 
 
+def _report(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser(
+        "report", help="write an HTML report of a reconstruction or a verified range",
+        description="Write one self-contained HTML file (no script, nothing loaded from a "
+        "network) of what is recorded: for SPEC, the clean commits beside the messy branch, "
+        "each with its diff stat, build and test results, fixes, provenance warnings and "
+        "tokens, where the last run's time went, and the verify table; for --range, that "
+        "range's commits and results. Nothing is built or run.")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="the history spec (TOML)")
+    p.add_argument("--range", metavar="REV-RANGE", help="report on this revision range "
+                   "(main..feature) instead of a spec's branches")
+    p.add_argument("--spec", dest="spec_file", metavar="FILE", help="with --range: prefer "
+                   "results recorded under this spec's build and test commands")
+    p.add_argument("--build", metavar="CMD", help="prefer results recorded with this build "
+                   "command")
+    p.add_argument("--test", metavar="CMD", help="prefer results recorded with this test "
+                   "command")
+    p.add_argument("-o", "--output", metavar="FILE", required=True,
+                   help="the HTML file to write (never through a symbolic link)")
+    p.add_argument("--force", action="store_true", help="replace an existing -o FILE")
+    _repo_option(p)
+    p.add_argument("--json", action="store_true", help="one JSON event on stdout")
+    p.set_defaults(command="report")
+
+
 def _status(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("status", help="show each commit's state",
                        description="Show each commit's state, from the spec alone.")
@@ -417,6 +442,7 @@ def parser() -> _Parser:
     _execute(sub)
     _verify(sub)
     _plan(sub)
+    _report(sub)
     _status(sub)
     _simple(sub, "prompt", "print guidance for writing a spec, for a person or an agent")
     _clean(sub)
