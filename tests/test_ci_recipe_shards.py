@@ -1,9 +1,11 @@
 """The sharded GitHub Actions recipe (docs/ci/github-actions-shards.yml, shown in
 docs/scaling.md): a structural check of the workflow, as tests/test_ci_recipe.py does for the
-single-job one, and its own shell steps run for real: four shard jobs in four clones push their
-notes with the recipe's push step, the recipe's merge job merges and pushes them, and `verify`
-in a fresh clone then finds every tree cached. (GitHub itself does not run here: `${{ }}`
-expressions are substituted by the test, the local backend stands in for Docker.)"""
+single-job one (the images built once, by a job of their own, for every shard), and its own
+shell steps run for real: four shard jobs in four clones push their notes with the recipe's
+push step, the recipe's merge job merges and pushes them and writes the report, and `verify` in
+a fresh clone then finds every tree cached. (GitHub itself does not run here: `${{ }}`
+expressions are substituted by the test, the local backend stands in for Docker, and the
+installed retcon-sandbox for the recipe's install.)"""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,15 @@ from retcon_sandbox.cli import parser
 from retcon_sandbox.errors import UsageError
 from retcon_sandbox.verify.cache import REF
 from tests.conftest import ROOT, cli, git
-from tests.test_ci_recipe import EVENTS, JOB, STEP, TOP
+from tests.test_ci_recipe import (
+    EVENTS,
+    JOB,
+    STEP,
+    TOP,
+    USES,
+    check_pinned_install,
+    image_steps,
+)
 from tests.test_ci_recipe import load as load_workflow
 
 WORKFLOW = ROOT / "docs" / "ci" / "github-actions-shards.yml"
@@ -54,7 +65,7 @@ def test_the_workflow_has_the_shape_github_accepts() -> None:
     on = data["on"]
     assert set([on] if isinstance(on, str) else on) <= EVENTS
     assert data["permissions"] == {"contents": "write"}  # the notes are pushed
-    assert set(data["jobs"]) == {"verify", "merge-notes"}
+    assert set(data["jobs"]) == {"images", "verify", "merge-notes"}
     for name, job in data["jobs"].items():
         assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name)
         assert set(job) <= JOB and isinstance(job["runs-on"], str)
@@ -63,7 +74,7 @@ def test_the_workflow_has_the_shape_github_accepts() -> None:
             assert set(step) <= STEP, step
             assert ("uses" in step) != ("run" in step), step
             if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+(\.\d+)*", step["uses"]), step
+                assert re.fullmatch(USES, step["uses"]), step
             else:
                 assert "with" not in step and isinstance(step["run"], str)
 
@@ -96,6 +107,48 @@ def test_the_merge_job_waits_for_every_shard_and_merges_without_conflicts() -> N
     assert len(pushes) == 1 and pushes[0]["if"] == "always()"  # failures are kept too
 
 
+def test_the_images_are_built_once_for_every_shard() -> None:
+    data = load()
+    images, verify = data["jobs"]["images"], data["jobs"]["verify"]
+    found = image_steps(images)
+    assert set(found) == {"key", "cache", "build", "save"} and found["build"] is found["save"]
+    assert images["outputs"]["key"] == f"${{{{ steps.{found['key']['id']}.outputs.key }}}}"
+    assert found["build"]["if"] == f"steps.{found['cache']['id']}.outputs.cache-hit != 'true'"
+    assert "strategy" not in images  # one job, whatever the matrix
+    assert verify["needs"] == "images"
+    shard = image_steps(verify)
+    assert set(shard) == {"cache", "load"}  # no shard builds
+    assert shard["cache"]["uses"].startswith("actions/cache/restore@")
+    assert shard["cache"]["with"] == {**found["cache"]["with"], "fail-on-cache-miss": True,
+                                      "key": "${{ needs.images.outputs.key }}"}
+    check_pinned_install(data)
+
+
+def test_each_shard_writes_a_summary_and_the_merge_job_the_report() -> None:
+    (command,) = [r for r in steps_of("verify") if r.startswith("retcon-sandbox verify")]
+    assert '--summary "$GITHUB_STEP_SUMMARY"' in command
+    (report,) = [r for r in steps_of("merge-notes") if "retcon-sandbox report" in r]
+    assert '--range "$RANGE"' in report and "-o report.html" in report
+    uploads = [s for s in load()["jobs"]["merge-notes"]["steps"]
+               if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [u["with"]["path"] for u in uploads] == ["report.html"]
+
+
+SPEC = """\
+source = "feature-clean"
+remote = "main"
+cleaned = "feature-cleaner"
+
+[sandbox]
+build = "true"
+test = "true"
+
+[[commit]]
+message = "Everything"
+paths = ["*"]
+"""
+
+
 def steps_of(job: str) -> list[str]:
     return [s["run"] for s in load()["jobs"][job]["steps"] if "run" in s]
 
@@ -112,6 +165,7 @@ def test_the_recipes_push_and_merge_steps_leave_every_tree_cached(tmp_path: Path
     origin.mkdir()
     git(origin, "init", "-q")
     (origin / "a").write_text("0\n")
+    (origin / "history-spec.toml").write_text(SPEC)
     git(origin, "add", "-A")
     git(origin, "commit", "-qm", "base")
     git(origin, "checkout", "-qb", "feature-clean")
@@ -122,7 +176,9 @@ def test_the_recipes_push_and_merge_steps_leave_every_tree_cached(tmp_path: Path
     data = load()
     range_ = data["env"]["RANGE"]
     key = {"RETCON_SANDBOX_NOTES_KEY": "the-secret-every-job-of-the-matrix-shares-0123456789"}
-    env = {**os.environ, **key}
+    installed = str(Path(sys.executable).parent)  # the recipe's `pip install`, done
+    env = {**os.environ, **key, "PATH": f"{installed}{os.pathsep}{os.environ['PATH']}",
+           "RANGE": range_}
     (push,) = [s for s in steps_of("verify") if "git push" in s]
     for k in matrix():
         work = tmp_path / f"job{k}"
@@ -137,8 +193,11 @@ def test_the_recipes_push_and_merge_steps_leave_every_tree_cached(tmp_path: Path
     merger = tmp_path / "merge"
     subprocess.run(["git", "clone", "-q", str(origin), str(merger)], check=True)
     for script in steps_of("merge-notes"):
-        bash(expand(script), merger, env)
+        if "pip install" not in script:
+            bash(expand(script), merger, env)
     assert git(origin, "for-each-ref", "--format=%(refname)", "refs/notes") == REF
+    page = (merger / "report.html").read_text(encoding="utf-8")
+    assert page.count("badge pass") == 2 * 9 and "not recorded" not in page  # every shard's
 
     fresh = tmp_path / "fresh"
     subprocess.run(["git", "clone", "-q", str(origin), str(fresh)], check=True)

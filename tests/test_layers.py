@@ -9,8 +9,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "runner" / "retcon_sandbox"
 # Lowest first. Top-level modules not named here are the base layer (errors, text, paths, ...).
-LAYERS = ["spec", "repo", "backends", "verify", "model", "plan", "reconstruct", "commands",
-          "cli"]
+LAYERS = ["spec", "repo", "backends", "verify", "summary", "model", "plan", "reconstruct",
+          "commands", "cli"]
 ADAPTERS = {"docker": "backends.docker.engine", "git": "repo.gitrepo", "gitdb": "repo.gitrepo",
             "openai": "model.llm", "paramiko": "backends.docker.engine",
             "requests": "backends.docker.engine",

@@ -215,6 +215,12 @@ def _cache_options(parser: argparse.ArgumentParser, parallel: str) -> None:
                         "(claimed by others: whoever can push refs/notes/retcon-sandbox)")
 
 
+def _summary_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--summary", metavar="FILE",
+                        help="append a Markdown summary of the run to FILE, e.g. "
+                        "\"$GITHUB_STEP_SUMMARY\" (a GitHub Actions job summary)")
+
+
 def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
     for name in ("execute", "reconstruct"):
         p = sub.add_parser(name, help="run or resume the reconstruction of SPEC" if name ==
@@ -260,6 +266,7 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
         p.add_argument("--non-interactive", action="store_true",
                        help="never ask for a resolution note; stop with exit 3")
         p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")
+        _summary_option(p)
         p.set_defaults(command="execute")
 
 
@@ -294,6 +301,7 @@ def _verify(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "failing commit (the run's own output is never read as a workflow command)")
     p.add_argument("--junit", metavar="FILE",
                    help="also write a JUnit XML report: one test case per commit")
+    _summary_option(p)
     p.add_argument("--shard", type=shard_option, metavar="K/N",
                    help="verify only job K's share of N (a CI matrix): the range's distinct "
                    "trees in order, round robin; N jobs cover each tree once (docs/scaling.md)")
@@ -328,6 +336,31 @@ def _plan(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "context)")
     p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")
     p.set_defaults(command="plan")
+
+
+def _report(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser(
+        "report", help="write an HTML report of a reconstruction or a verified range",
+        description="Write one self-contained HTML file (no script, nothing loaded from a "
+        "network) of what is recorded: for SPEC, the clean commits beside the messy branch, "
+        "each with its diff stat, build and test results, fixes, provenance warnings and "
+        "tokens, where the last run's time went, and the verify table; for --range, that "
+        "range's commits and results. Nothing is built or run.")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="the history spec (TOML)")
+    p.add_argument("--range", metavar="REV-RANGE", help="report on this revision range "
+                   "(main..feature) instead of a spec's branches")
+    p.add_argument("--spec", dest="spec_file", metavar="FILE", help="with --range: prefer "
+                   "results recorded under this spec's build and test commands")
+    p.add_argument("--build", metavar="CMD", help="prefer results recorded with this build "
+                   "command")
+    p.add_argument("--test", metavar="CMD", help="prefer results recorded with this test "
+                   "command")
+    p.add_argument("-o", "--output", metavar="FILE", required=True,
+                   help="the HTML file to write (never through a symbolic link)")
+    p.add_argument("--force", action="store_true", help="replace an existing -o FILE")
+    _repo_option(p)
+    p.add_argument("--json", action="store_true", help="one JSON event on stdout")
+    p.set_defaults(command="report")
 
 
 def _status(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -409,6 +442,7 @@ def parser() -> _Parser:
     _execute(sub)
     _verify(sub)
     _plan(sub)
+    _report(sub)
     _status(sub)
     _simple(sub, "prompt", "print guidance for writing a spec, for a person or an agent")
     _clean(sub)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from retcon_sandbox import outfile
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
@@ -27,7 +29,7 @@ from retcon_sandbox.commands.options import (
     require_model,
     sandbox_settings,
 )
-from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, RetconError
 from retcon_sandbox.reconstruct import engine
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
@@ -38,6 +40,9 @@ from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
 from retcon_sandbox.spec.history import PROVENANCE_PREFIX, Blocked, Done, next_step
 from retcon_sandbox.spec.settings import SandboxSettings
 from retcon_sandbox.spec.statedir import StateDir
+from retcon_sandbox.summary.facts import for_spec
+from retcon_sandbox.summary.markdown import run_summary
+from retcon_sandbox.summary.runlog import RunLog
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import Cache
 from retcon_sandbox.verify.pool import default_jobs
@@ -81,6 +86,7 @@ class ExecuteOptions:
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
     pipeline: str | None = None  # see RunOptions.pipeline; None: `default_pipeline`
+    summary: Path | None = None  # --summary FILE: the Markdown job summary, appended
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecuteOptions:
@@ -100,7 +106,8 @@ class ExecuteOptions:
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
                    package_cache=not args.no_package_cache,
                    limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes,
-                   pipeline=args.pipeline)
+                   pipeline=args.pipeline,
+                   summary=Path(args.summary) if args.summary else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,8 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def execute(options: ExecuteOptions) -> int:
-    reporter = make_reporter(options.json)
+    reporter: Reporter = make_reporter(options.json)
     check_base_url(options.base_url)
+    if options.summary is not None:
+        outfile.check(options.summary, "--summary")
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
                                           options.setup_disk, options.keep_environments,
@@ -118,7 +127,8 @@ def execute(options: ExecuteOptions) -> int:
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)
     state_dir = StateDir(repo.common_dir())
-    with specfile.locked(state_dir.lock_path(specfile.real)):
+    with specfile.locked(state_dir.lock_path(specfile.real)), \
+            recorded(reporter, state_dir, specfile, options.summary) as (reporter, started):
         spec = specfile.load()
         specfile.check_appendable()
         specfile.check_writable()
@@ -151,6 +161,7 @@ def execute(options: ExecuteOptions) -> int:
                   run_options(options), settings, envs,
                   ask=ask_note if interactive else None,
                   source=revs.source, base=revs.base, final=final)
+        started.append(ctx)
         try:
             result = engine.run(ctx)
         finally:
@@ -162,6 +173,35 @@ def execute(options: ExecuteOptions) -> int:
     if not result.trees_equal:
         return EXIT_ERROR
     return EXIT_OK if result.final_passed else EXIT_STUCK
+
+
+@contextlib.contextmanager
+def recorded(reporter: Reporter, state_dir: StateDir, specfile: SpecFile,
+             summary: Path | None) -> Iterator[tuple[RunLog, list[Run]]]:
+    """The run's events kept for `report` (summary/runlog.py); once the run has begun (its
+    context is put in the list), the job summary is appended to `summary` however it ends."""
+    log = RunLog(reporter, state_dir.events_path(specfile.real))
+    started: list[Run] = []
+    try:
+        yield log, started
+    finally:
+        log.close()
+        if summary is not None and started:
+            write_summary(started[0], log, summary)
+
+
+def write_summary(ctx: Run, log: RunLog, summary: Path) -> None:
+    """Append the run's Markdown summary; a summary that cannot be made or written is a
+    warning (the run's outcome stands)."""
+    commands = ctx.verifier.commands
+    try:
+        facts = for_spec(ctx.repo, ctx.spec, ctx.specfile.real,
+                         (commands.planned("build"), commands.planned("test")), log.events)
+        problem = outfile.append(summary, run_summary(facts))
+    except RetconError as exc:
+        problem = f"{summary} was not written: {exc.message}"
+    if problem:
+        log.inner.emit("warning", message=f"the summary {problem}")
 
 
 def check_spec(repo: Repo, spec: Spec) -> tuple[checks.Revisions, str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from retcon_sandbox import outfile
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def ci_outputs(args: argparse.Namespace) -> Outputs:
-    """--junit FILE and --format github, checked before anything runs."""
+    """--junit FILE, --summary FILE and --format github, checked before anything runs."""
     github = args.format == "github"
     if github and args.json:
         raise UsageError("--format github and --json both write to standard output",
@@ -87,7 +88,10 @@ def ci_outputs(args: argparse.Namespace) -> Outputs:
     junit = Path(args.junit) if args.junit else None
     if junit is not None:
         check_junit(junit)
-    return Outputs(junit, github)
+    summary = Path(args.summary) if args.summary else None
+    if summary is not None:
+        outfile.check(summary, "--summary")
+    return Outputs(junit, github, summary)
 
 
 def check_junit(junit: Path) -> None:
@@ -157,7 +161,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                       + verifier.cache.problem)
     seconds = time.monotonic() - started
     code = display.end(seconds)
-    unwritten = outputs.finish(plan.label, plan.rows, seconds)
+    unwritten = outputs.finish(plan.label, plan.rows, seconds, display.planned, plan.shard_line)
     if unwritten:
         reporter.emit("warning", message=f"{unwritten}. The exit code is still the "
                       f"verification's own ({code}): the commits were verified, only the "

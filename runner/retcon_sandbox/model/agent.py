@@ -70,12 +70,14 @@ class Agent:
         schema = openai_schema(offered)
         for turn in range(1, self.limits.max_turns + 1):
             sent = len(messages)
+            asked = time.monotonic()
             reply = self.model.complete(messages, schema)
             usage = usage + reply.usage
             self.transcript.write({"step": label, "turn": turn, "model": self.model.name,
                                    "sent": messages[logged:sent], "reply": reply.message,
                                    "usage": {"prompt_tokens": reply.usage.prompt_tokens,
-                                             "completion_tokens": reply.usage.completion_tokens}})
+                                             "completion_tokens": reply.usage.completion_tokens},
+                                   "seconds": round(time.monotonic() - asked, 3)})
             messages.append(reply.message)
             logged = len(messages)
             outcome, results, empty = self._act(ctx, reply, offered)

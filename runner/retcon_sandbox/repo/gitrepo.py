@@ -264,6 +264,19 @@ class Repo:
                 total += int(parts[0]) + int(parts[1])
         return total
 
+    def numstat(self, old: str, new: str) -> list[tuple[str, int | None, int | None]]:
+        """(path, lines added, lines removed) of each path that differs between two trees or
+        commits; None for a binary file's counts."""
+        out = self._git("diff", *SAFE_DIFF, "--numstat", "-z", old, new, strip=False)
+        found: list[tuple[str, int | None, int | None]] = []
+        for record in out.split("\0"):
+            parts = record.split("\t", 2)
+            if len(parts) == 3:
+                added, removed, path = parts
+                found.append((path, int(added) if added.isdigit() else None,
+                              int(removed) if removed.isdigit() else None))
+        return found
+
     def diff(self, old: str, new: str, paths: tuple[str, ...] = ()) -> str:
         return self._git("diff", *SAFE_DIFF, old, new, "--", *paths, strip=False)
 

@@ -1,5 +1,6 @@
-"""The run's own files (the spec's lock, the model transcript), kept under the repository's git
-directory in `retcon-sandbox/`, never beside the spec where a checkout could plant symlinks.
+"""The run's own files (the spec's lock, the model transcript, the events), kept under the
+repository's git directory in `retcon-sandbox/`, never beside the spec where a checkout could
+plant symlinks.
 
 The directory is created by us and checked to be a real directory of ours; files in it are opened
 with O_NOFOLLOW, so neither a planted symlink nor a renamed file can redirect a write. Nothing is
@@ -54,6 +55,14 @@ class StateDir:
 
     def transcript_path(self, spec_real: Path) -> Path:
         return self.ensure() / f"{self.key(spec_real)}.transcript.jsonl"
+
+    def events_path(self, spec_real: Path) -> Path:
+        """The runs' events, for `report` (see summary/runlog.py)."""
+        return self.ensure() / f"{self.key(spec_real)}.events.jsonl"
+
+    def existing(self, spec_real: Path, suffix: str) -> Path:
+        """Where a state file of this spec is, without making the directory (for reading)."""
+        return self.root / f"{self.key(spec_real)}.{suffix}"
 
     def scope(self) -> str:
         """A random id made once per repository: prepared environments are never shared with

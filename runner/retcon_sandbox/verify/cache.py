@@ -325,6 +325,18 @@ class Cache:
                 found.append((decoded[1], authentic(tree, record, self.key)))
         return found
 
+    def recorded(self, tree: str) -> list[tuple[Key, Outcome, bool]]:
+        """Every result kept for `tree`, whatever its key, newest first, each with whether this
+        user's key authenticates it (for a report: the run that made them is over)."""
+        found = []
+        for record in newest_first(self._records(tree)):
+            decoded = decode(record)
+            if decoded is not None:
+                key, outcome = decoded
+                ours = authentic(tree, record, self.key)
+                found.append((key, outcome if ours else replace(outcome, claimed=True), ours))
+        return found
+
     def get(self, tree: str, key: Key, timeout: float) -> Outcome | None:
         """A result this user recorded; under `trust`, also one claimed by others."""
         if not self.read:

@@ -1,12 +1,14 @@
-"""`verify` in the formats CI systems read: a JUnit XML report (`--junit FILE`) and GitHub
-Actions annotations (`--format github`).
+"""`verify` in the formats CI systems read: a JUnit XML report (`--junit FILE`), GitHub
+Actions annotations (`--format github`) and a Markdown job summary (`--summary FILE`, appended,
+as GitHub's `$GITHUB_STEP_SUMMARY` wants).
 
 Everything in them that comes from the repository (subjects, output) is untrusted. In the XML it
 goes through `text.sanitize` (no terminal control reaches a log viewer) and then loses what XML
 1.0 cannot carry at all (lone surrogates, U+FFFE, U+FFFF), visibly escaped; ElementTree escapes
 the markup. On GitHub, every line printed is read for `::command::` lines, so the whole run's
 output is wrapped in `::stop-commands::` with a random token, and only our own annotations come
-after it, with the workflow-command escaping of their data and properties.
+after it, with the workflow-command escaping of their data and properties. In the Markdown,
+every value from the repository is a code span or an escaped `<pre>` (see markup.py).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
+from retcon_sandbox import outfile
+from retcon_sandbox.markup import html_text, md_code, md_pre
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import Outcome
-from retcon_sandbox.verify.table import Row
+from retcon_sandbox.verify.table import Row, cells, summary, totals, verdicts
 
 FORMATS = ("table", "github")
 SUITE = "retcon-sandbox verify"
@@ -106,16 +110,71 @@ def github_annotations(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+# --- Markdown, for a job summary ----------------------------------------------------------
+
+
+def markdown_table(rows: Sequence[Row], planned: dict[str, bool]) -> list[str]:
+    """The verify table in Markdown: one row per commit, its subject a code span."""
+    lines = ["| # | commit | build | tests | time | cached | subject |",
+             "|--:|---|---|---|--:|---|---|"]
+    for row in rows:
+        shown = replace(row, state="done") if row.outcome is not None else row
+        build, tests, seconds, cached = cells(shown, planned, 0.0)
+        lines.append(f"| {row.number} | `{row.sha[:7]}` | {build or '-'} | {tests or '-'} | "
+                     f"{seconds} | {cached} | {md_code(row.subject, cell=True)} |")
+    return lines
+
+
+def markdown_failures(rows: Sequence[Row]) -> list[str]:
+    """Each failing commit's first line, with the tail of its output folded under it."""
+    lines: list[str] = []
+    for row in rows:
+        outcome = row.outcome
+        if outcome is None or outcome.passed:
+            continue
+        lines += ["", f"<details><summary>#{row.number} {row.sha[:7]}: "
+                  f"{html_text(_first_line(outcome), one_line=True)}"
+                  + (" (cached)" if outcome.cached else "") + "</summary>", "",
+                  md_pre(outcome.tail or _first_line(outcome)), "", "</details>"]
+    return lines
+
+
+def markdown_claims(rows: Sequence[Row]) -> list[str]:
+    found = [(row, row.claim) for row in rows if row.claim is not None and row.outcome]
+    if not found:
+        return []
+    lines = ["", "Claimed by others (notes your key does not authenticate):", ""]
+    for row, claim in found:
+        assert claim is not None and row.outcome is not None
+        used = "trusted (--trust-notes), not run" if row.outcome.claimed else \
+            f"not trusted, ran again: {'PASS' if row.outcome.passed else 'FAIL'}"
+        lines.append(f"- #{row.number} `{row.sha[:7]}` claimed {verdicts(claim)}; {used}")
+    return lines
+
+
+def markdown_summary(label: str, rows: Sequence[Row], seconds: float, planned: dict[str, bool],
+                     shard_line: str = "") -> str:
+    """The run as a job summary: the outcome, the table, the failures and the claims."""
+    t = totals(rows)
+    mark = "✓" if t.ok else "✗"
+    head = [f"## retcon-sandbox verify {md_code(label)}", "",
+            f"**{mark} " + (f"{shard_line}; " if shard_line else "") + f"{summary(t, seconds)}**",
+            ""]
+    return "\n".join([*head, *markdown_table(rows, planned), *markdown_failures(rows),
+                      *markdown_claims(rows)]) + "\n\n"
+
+
 # --- the outputs of one run --------------------------------------------------------------------
 
 
 @dataclass
 class Outputs:
     """What a verify run writes besides its table: a JUnit file, GitHub annotations (printed
-    after the guarded output, once workflow commands are read again)."""
+    after the guarded output, once workflow commands are read again), a Markdown summary."""
 
     junit: Path | None = None
     github: bool = False
+    summary: Path | None = None
     pending: list[str] = field(default_factory=list)
 
     @contextmanager
@@ -134,17 +193,26 @@ class Outputs:
             out.write(f"::{token}::\n" + "".join(line + "\n" for line in self.pending))
             out.flush()
 
-    def finish(self, label: str, rows: Sequence[Row], seconds: float) -> str | None:
-        """Write the JUnit file; keep the annotations for the end of the guard. Why the file
-        could not be written (a full disk, a directory made read-only meanwhile), or None."""
+    def finish(self, label: str, rows: Sequence[Row], seconds: float,
+               planned: dict[str, bool] | None = None, shard_line: str = "") -> str | None:
+        """Write the JUnit file and the summary; keep the annotations for the end of the guard.
+        Why a file could not be written (a full disk, a directory made read-only meanwhile),
+        or None."""
         if self.github:
             self.pending = github_annotations(rows)
-        if self.junit is None:
-            return None
-        try:
-            self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
-        except OSError as exc:
-            with suppress(OSError):  # a truncated report would read as a broken one
-                self.junit.unlink()
-            return f"the JUnit report {self.junit} was not written: {exc.strerror or exc}"
-        return None
+        problems = []
+        if self.summary is not None:
+            text = markdown_summary(label, rows, seconds,
+                                    planned or {"build": True, "test": True}, shard_line)
+            problem = outfile.append(self.summary, text)
+            if problem:
+                problems.append(f"the summary {problem}")
+        if self.junit is not None:
+            try:
+                self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
+            except OSError as exc:
+                with suppress(OSError):  # a truncated report would read as a broken one
+                    self.junit.unlink()
+                problems.append(f"the JUnit report {self.junit} was not written: "
+                                f"{exc.strerror or exc}")
+        return "; ".join(problems) or None

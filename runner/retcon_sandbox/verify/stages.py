@@ -262,7 +262,8 @@ class Verifier:
         self.report.emit("base_check", passed=outcome.passed, cached=outcome.cached,
                          verdict=", ".join(f"{EVENTS[s.which]} {s.verdict}"
                                            for s in outcome.stages),
-                         failed=EVENTS[failed.which] if failed else None)
+                         failed=EVENTS[failed.which] if failed else None,
+                         seconds=round(outcome.seconds, 3))
         return outcome
 
     def run(self, state: WorkState, which: str) -> CommandResult | None:
