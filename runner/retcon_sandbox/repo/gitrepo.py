@@ -285,6 +285,11 @@ class Repo:
             entries[path] = TreeEntry(mode, sha)
         return entries
 
+    def tree_index(self, tree: str) -> bytes:
+        """`tree`'s entries as `update-index -z --index-info` records: what a sandbox's git
+        metadata is made from, so that its HEAD holds exactly this tree."""
+        return b"".join(_index_record(path, entry) for path, entry in self.ls_tree(tree).items())
+
     def blob(self, sha: str, limit: int | None = None) -> bytes:
         """A blob's content; with `limit`, its size is checked before it is read."""
         try:
