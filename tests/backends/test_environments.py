@@ -443,3 +443,17 @@ def test_the_host_and_the_supervisor_agree_on_what_they_share() -> None:
     assert sandboxes.TIMED_OUT == supervisor.TIMED_OUT
     assert supervisor.PREPARED_RECORD.encode() == sandboxes.PREPARED_RECORD
     assert sandboxes.PREPARE_S == supervisor.PREPARE_S
+
+
+def test_a_result_kept_with_the_git_metadata_made_before_is_not_reused(tmp_path: Path) -> None:
+    """A sandbox opened ahead kept the previous tree's git metadata, and its verdict was kept as
+    the user's own: the git metadata's version is in the cache's key, so it is not reused."""
+    repo = Repo.init(tmp_path / "repo")
+    repo.commit_files("main", {"a": "1\n"}, "base")
+
+    def described(settings: SandboxSettings) -> str:
+        return Environments(repo, LocalBackend(), settings, hostaccess.HostAccess().setup,
+                            JsonReporter(io.StringIO()), "main").describe()
+
+    assert described(DEFAULTS) != " setup:b5261ac2f7f534a6"  # 0.3.0's key for these settings
+    assert described(DEFAULTS.replace(git_metadata=False)) == " setup:ae74fd8ddcb88581"

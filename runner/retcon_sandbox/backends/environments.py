@@ -114,6 +114,10 @@ def certificate_blocks(pem: bytes) -> bytes:
 Place = tuple[str, int]  # a commit, and how many commits after it a tree sits (its version)
 Version = tuple[str | None, int]  # the tag the workspace's git metadata has, and the distance
 WARM_LIMIT = 64 * 1024 * 1024  # the largest tree a pre-warmed sandbox is filled from memory
+# How the workspace's git metadata is made, in the verification cache's key: 2, its HEAD holds
+# the tree's own entries, in every sandbox (before, a sandbox opened ahead kept the previous
+# tree's, and a result kept then is not reused)
+GIT_METADATA = 2
 
 
 @dataclass(frozen=True)
@@ -268,8 +272,9 @@ class Environments:
 
     def describe(self) -> str:
         """What every environment of this run shares: part of the verification cache's key."""
+        git = GIT_METADATA if self.settings.git_metadata else False
         text = json.dumps({"setup": self.settings.setup, "inputs": self._inputs.items,
-                           "git": self.settings.git_metadata, "tag": self.tag})
+                           "git": git, "tag": self.tag})
         return f" setup:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
     def key(self, tree: str) -> str | None:
