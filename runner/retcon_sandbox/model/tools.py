@@ -16,6 +16,7 @@ from retcon_sandbox.backends.api import ToolFailure
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.paths import not_unicode
 from retcon_sandbox.spec.owed import Owed
+from retcon_sandbox.text import restore_undecodable
 from retcon_sandbox.verify.stages import Verifier, describe
 
 # --- how a step ends ------------------------------------------------------------------------
@@ -69,6 +70,15 @@ def unicode_text(text: str, what: str) -> str:
     return text
 
 
+def named(path: str, allowed: set[str]) -> str:
+    """The name the model means: a name it was shown with `\\xNN` for a byte that is not
+    UTF-8 (as every name goes to it) stands for that name, when it is one of `allowed`."""
+    if path in allowed:
+        return path
+    restored = restore_undecodable(path)
+    return restored if restored in allowed else path
+
+
 class Assignments:
     """What the model may assign in a remainder step, and what it did assign."""
 
@@ -78,6 +88,7 @@ class Assignments:
         self.chosen: dict[str, int] = {}
 
     def assign(self, path: str, commit: int) -> str:
+        path = named(path, self.allowed)
         if path not in self.allowed:
             raise ToolFailure(f"{path} is not among the remaining paths")
         if not 0 <= commit <= self.commits:
@@ -102,7 +113,7 @@ class Proposals:
         hints = unicode_text(hints, "hints")
         if not message:
             raise ToolFailure("message is empty: give the commit's message")
-        wanted = list(dict.fromkeys(paths))
+        wanted = list(dict.fromkeys(named(p, self.allowed) for p in paths))
         unknown = [p for p in wanted if p not in self.allowed]
         if unknown:
             raise ToolFailure("not files of the diff (list them with read_diff): "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from retcon_sandbox.paths import Patterns
 from retcon_sandbox.spec.file import CommitSpec
+from retcon_sandbox.text import escape_undecodable
 
 SHOWN = 10  # files named in a refusal at most
 
@@ -42,8 +43,11 @@ class Owed:
     why: str = ""
 
     def listed(self) -> str:
+        """The files, a byte of a name that is not UTF-8 written `\\xNN` (the summary goes
+        into the spec)."""
         more = len(self.files) - SHOWN
-        return ", ".join(self.files[:SHOWN]) + (f" and {more} more" if more > 0 else "")
+        return escape_undecodable(", ".join(self.files[:SHOWN])) + (
+            f" and {more} more" if more > 0 else "")
 
     def for_model(self) -> str:
         """The tool's refusal: what is owed, and the ways on."""
@@ -82,7 +86,8 @@ def still_owed(commit: CommitSpec, commits: Sequence[CommitSpec], changed: Seque
     later = commits[held_by - 1]
     missing = tuple(path for path in files if not names(later, path))
     if missing:
-        shown = ", ".join(missing[:SHOWN]) + (" ..." if len(missing) > SHOWN else "")
+        shown = escape_undecodable(", ".join(missing[:SHOWN])) + (
+            " ..." if len(missing) > SHOWN else "")
         return Owed(commit.number, commit.subject, files, held_by,
                     f"commit #{held_by} does not name {shown}")
     return None
