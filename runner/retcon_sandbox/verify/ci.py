@@ -15,11 +15,12 @@ import re
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
+from retcon_sandbox.errors import RetconError
+from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import Outcome
 from retcon_sandbox.verify.table import Row
@@ -114,7 +115,7 @@ class Outputs:
     """What a verify run writes besides its table: a JUnit file, GitHub annotations (printed
     after the guarded output, once workflow commands are read again)."""
 
-    junit: Path | None = None
+    junit: OutFile | None = None
     github: bool = False
     pending: list[str] = field(default_factory=list)
 
@@ -141,10 +142,10 @@ class Outputs:
             self.pending = github_annotations(rows)
         if self.junit is None:
             return None
-        try:
-            self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
+        try:  # atomically: never half a report, never through a link
+            self.junit.write(junit(label, rows, seconds).encode("utf-8"))
         except OSError as exc:
-            with suppress(OSError):  # a truncated report would read as a broken one
-                self.junit.unlink()
-            return f"the JUnit report {self.junit} was not written: {exc.strerror or exc}"
+            return f"the JUnit report {self.junit.path} was not written: {exc.strerror or exc}"
+        except RetconError as exc:  # it became a link (or a folder, ...) meanwhile
+            return f"the JUnit report {self.junit.path} was not written: {exc.message}"
         return None
