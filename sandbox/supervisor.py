@@ -5,9 +5,11 @@ Started as `python3 -I -S -c <this file> MODE ...` (the system interpreter, as f
 with RETCON_SANDBOX_SUPERVISE=1 (it kills every process of its uid: never on a host):
 
 - `--run TIMEOUT COMMAND`: one build or test command, under the commands' uid (`supervise`);
-- `--prepare [--git] [--tag TAG [--distance N]]`: the workspace's git metadata and what a setup
-  left, under the commands' uid, which then owns them (`prepare`); followed by `--run TIMEOUT
-  COMMAND`, the same in the command's exec, just before it (one exec less per tree);
+- `--prepare [--git [--index SIZE]] [--tag TAG [--distance N]]`: the workspace's git metadata
+  and what a setup left, under the commands' uid, which then owns them (`prepare`); with
+  `--index`, the tree's entries (SIZE bytes of `update-index -z --index-info` records) come on
+  stdin; followed by `--run TIMEOUT COMMAND`, the same in the command's exec, just before it
+  (one exec less per tree);
 - `--snapshot`: after a setup, keep what it made in the workspace, under the helper's uid
   (`snapshot`);
 - `--wipe`: before a used sandbox takes another tree, under the commands' uid: end every
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import io
 import os
 import signal
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
@@ -49,6 +52,9 @@ PREPARED_RECORD = "retcon-sandbox-prepared"  # stderr, after `prepare_first`: co
 # (hex of UTF-8); the host reads it apart from the output (backends/docker/sandboxes.py)
 PREPARE_S = 60.0  # the longest the git metadata may take (the host waits 15 s more)
 GONE_S = 5.0  # the longest `wipe` waits for the killed processes to be reaped
+TYPE_CHECKING = False  # no `typing` import: it would cost every command's exec
+if TYPE_CHECKING:  # `--prepare`'s: git metadata or not, the tag, the distance, the tree's entries
+    Prepared = tuple[bool, str | None, int, bytes]
 
 
 def make_dirs(path: str) -> None:
@@ -154,7 +160,7 @@ def wait(pid: int, timeout: float | None = None) -> int | None:
 
 
 def supervise(cmd: str, timeout: float, workspace: str,
-              prepared: tuple[bool, str | None, int] | None = None) -> int:
+              prepared: Prepared | None = None) -> int:
     """`--run`: run one command for the host, in its own `docker exec` under the commands' uid.
     Its output goes straight to this exec's stdout (the host reads and caps it); the exit code
     is the command's, or 124 on timeout. Afterwards every process of this uid but this one is
@@ -194,10 +200,11 @@ def _scratch(name: str) -> int:
 
 
 def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | None,
-            deadline: float) -> int:
+            deadline: float, kept: bytearray | None = None) -> int:
     """One git command in the workspace (no hooks, no signing, no background gc), `feed` on its
     stdin: its exit code, after writing its output (the last 2000 bytes) when it failed; 124
-    when it was not done by `deadline` (then it and its session are killed). Input and output
+    when it was not done by `deadline` (then it and its session are killed). `kept`: where its
+    output (the first 2000 bytes: an object's name) goes when it succeeded. Input and output
     go through unnamed files, so neither side can block the other."""
     argv = ["git", "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null",
             "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
@@ -221,39 +228,156 @@ def run_git(args: list[str], workspace: str, env: dict[str, str], feed: bytes | 
                 sys.stdout.write(f"git {args[0]}: not done within {PREPARE_S:.0f} s\n")
                 return TIMED_OUT
             size = os.lseek(out, 0, os.SEEK_END)
-            os.lseek(out, max(0, size - 2000), os.SEEK_SET)
+            os.lseek(out, 0 if kept is not None and not code else max(0, size - 2000),
+                     os.SEEK_SET)
             said = os.read(out, 2000)
         except OSError as exc:
             sys.stdout.write(f"git {args[0]}: {exc}\n")
             return 127
         if code:
             sys.stdout.write(said.decode("utf-8", "replace"))
+        elif kept is not None:
+            kept += said
         return code or 0
 
 
-def make_git(workspace: str, tag: str | None, distance: int = 0) -> int:
+def make_git(workspace: str, tag: str | None, distance: int = 0, listing: bytes = b"") -> int:
     """`--prepare --git`: the workspace as a git repository whose last commit holds the tree, so
-    setuptools-scm and hatch-vcs find a version. With `tag`, `git describe --tags --long` gives
-    `tag-<distance>-g<hash>` as a checkout of the commit would: the tag is on a root commit with
-    `distance - 1` empty commits over it (one `git fast-import`), the tree's commit on top; the
-    hash is of these synthetic commits. Runs as the commands' uid, which owns it; git from the
-    system's directories (not one a setup put first on the image's PATH, in a virtual
-    environment the commands' uid owns), within PREPARE_S seconds in all."""
+    setuptools-scm and hatch-vcs find a version, and a test that asks git sees what a checkout
+    of the tree shows: its HEAD, index and refs, a clean status. The commit's tree is the one
+    `listing` gives (the tree's `update-index -z --index-info` records, from the host): every
+    entry as the tree has it, submodules and files a .gitignore names too, its blobs hashed
+    from the workspace's bytes as they are (no filter; `write_blobs`). A git metadata made
+    before (for the tree a sandbox held before its files changed in place) is replaced, so a
+    sandbox whose tree changed holds the same repository as one opened on the new tree.
+    With `tag`, `git describe --tags --long` gives `tag-<distance>-g<hash>` as a checkout of
+    the commit would: the tag is on a root commit with `distance - 1` empty commits over it
+    (one `git fast-import`), the tree's commit on top; the hash is of these synthetic commits.
+    Runs as the commands' uid, which owns it; git from the system's directories (not one a
+    setup put first on the image's PATH, in a virtual environment the commands' uid owns),
+    within PREPARE_S seconds in all."""
     env = {"HOME": "/tmp", **os.environ, "PATH": DEFAULT_PATH, **GIT_IDENTITY}
     deadline = time.monotonic() + PREPARE_S
-    steps: list[tuple[list[str], bytes | None]] = [(["init", "-q"], None)]
+    algorithm = "sha256" if len(listing.split(b"\t", 1)[0]) > 50 else "sha1"
+    try:
+        remove(os.path.join(workspace, ".git"))
+    except OSError as exc:
+        sys.stdout.write(f"the git metadata made before cannot be removed: {exc}\n")
+        return 1
+    steps: list[tuple[list[str], bytes | None]] = [
+        (["init", "-q", f"--object-format={algorithm}"], None)]
     if tag and 0 < distance <= MAX_DISTANCE:
         steps.append((["fast-import", "--quiet"], _history(tag, distance)))
-    steps += [(["add", "-A"], None),
-              (["commit", "-q", "--no-verify", "--allow-empty", "-m", "the tree under test"],
-               None)]
-    if tag and not 0 < distance <= MAX_DISTANCE:
-        steps.append((["tag", tag], None))
+    steps.append((["update-index", "-z", "--index-info"], listing))
     for step, feed in steps:
         code = run_git(step, workspace, env, feed, deadline)
         if code:
             return code
-    return 0
+    try:
+        write_blobs(workspace, listing, algorithm)
+    except OSError as exc:
+        sys.stdout.write(f"git's objects cannot be written: {exc}\n")
+        return 1
+    run_git(["update-index", "-q", "--refresh"], workspace, env, None, deadline)  # stat data
+    return _commit(workspace, env, tag, distance, deadline)
+
+
+def _commit(workspace: str, env: dict[str, str], tag: str | None, distance: int,
+            deadline: float) -> int:
+    """The index as the tree's commit, on the synthetic history if any, and the tag. A blob a
+    command changed since its tree was loaded is not in git's objects (`--missing-ok`): the
+    status shows that file as modified, as it is."""
+    tree, commit = bytearray(), bytearray()
+    code = run_git(["write-tree", "--missing-ok"], workspace, env, None, deadline, tree)
+    parent = ["-p", "refs/heads/main"] if tag and 0 < distance <= MAX_DISTANCE else []
+    code = code or run_git(["commit-tree", tree.decode().strip(), *parent, "-m",
+                            "the tree under test"], workspace, env, None, deadline, commit)
+    code = code or run_git(["update-ref", "-m", "commit: the tree under test", "HEAD",
+                            commit.decode().strip()], workspace, env, None, deadline)
+    if not code and tag and not 0 < distance <= MAX_DISTANCE:
+        code = run_git(["tag", tag], workspace, env, None, deadline)
+    return code
+
+
+BLOB_MODES = (b"100644", b"100755", b"120000")
+
+
+def write_blobs(workspace: str, listing: bytes, algorithm: str) -> None:
+    """Each regular file's and symlink's blob of `listing`, as a loose object, from the
+    workspace's bytes exactly (what `git hash-object --no-filters` writes): only when they
+    still hash to the tree's blob (a file a command changed is left out, see `_commit`). Each
+    submodule's folder, empty, where the workspace has nothing."""
+    objects = os.path.join(workspace, ".git", "objects")
+    root = os.fsencode(workspace)
+    for record in listing.split(b"\0"):
+        meta, _, path = record.partition(b"\t")
+        mode, _, sha = meta.partition(b" ")
+        name = sha.decode("ascii", "replace")
+        if mode == b"160000":  # a submodule, not checked out: an empty folder, as in a checkout
+            with contextlib.suppress(OSError):
+                make_dirs(os.fsdecode(os.path.join(root, path)))
+        if mode not in BLOB_MODES or os.path.exists(os.path.join(objects, name[:2], name[2:])):
+            continue
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            _write_blob(os.path.join(root, path), mode == b"120000", objects, name, algorithm)
+
+
+def _write_blob(full: bytes, link: bool, objects: str, name: str, algorithm: str) -> None:
+    if link:
+        target = os.readlink(full)
+        _store([target], len(target), objects, name, algorithm)
+        return
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:  # a symlink or a folder now, where the tree has a file
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            return
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            _store(iter(lambda: handle.read(1 << 20), b""), info.st_size, objects, name,
+                   algorithm)
+
+
+def _store(blocks: Iterable[bytes], size: int, objects: str, name: str, algorithm: str) -> None:
+    """A loose object of `size` bytes from `blocks`, kept as `name` only when that is its
+    hash (and its size held)."""
+    import hashlib
+    import zlib
+
+    digest, packer = hashlib.new(algorithm), zlib.compressobj(1)
+    header = b"blob %d\0" % size
+    digest.update(header)
+    folder = os.path.join(objects, name[:2])
+    make_dirs(folder)
+    temporary = os.path.join(folder, f"tmp-{os.getpid()}")
+    with open(temporary, "wb") as out:
+        out.write(packer.compress(header))
+        seen = 0
+        for block in blocks:
+            seen += len(block)
+            digest.update(block)
+            out.write(packer.compress(block))
+        out.write(packer.flush())
+    if seen == size and digest.hexdigest() == name:
+        os.chmod(temporary, 0o444)
+        os.replace(temporary, os.path.join(folder, name[2:]))
+    else:
+        os.unlink(temporary)
+
+
+def remove(path: str) -> None:
+    """Remove `path`, whatever it is, never through a symlink (a folder: `clear`, then it)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        clear(path)
+        os.rmdir(path)
+    else:
+        os.unlink(path)
 
 
 def _history(tag: str, distance: int) -> bytes:
@@ -364,16 +488,17 @@ def snapshot(workspace: str) -> int:
     return 0
 
 
-def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0) -> int:
+def prepare(workspace: str, git: bool, tag: str | None, distance: int = 0,
+            listing: bytes = b"") -> int:
     """`--prepare`: the git metadata, then what a setup left (never over the tree's files)."""
-    if git and (code := make_git(workspace, tag, distance)):
+    if git and (code := make_git(workspace, tag, distance, listing)):
         return code
     if os.path.isdir(PREPARED):
         copy_tree(PREPARED, workspace, set())
     return 0
 
 
-def prepare_first(workspace: str, prepared: tuple[bool, str | None, int]) -> None:
+def prepare_first(workspace: str, prepared: Prepared) -> None:
     """`prepare` in a command's exec, before it. Whatever it meets (a tree a setup left too deep
     to copy, no room for git's objects), the command runs all the same, as after a `--prepare`
     exec that failed: its output says first why the workspace was not made ready. Then one line
@@ -506,7 +631,7 @@ def supervised(args: list[str], workspace: str = "/workspace") -> None:
         sys.exit("the supervised modes are for the Docker sandbox only")
     mode = args.pop(0) if args else ""
     sys.stdout.flush()
-    prepared = prepare_options(args) if mode == "--prepare" else None
+    prepared = read_listing(*prepare_options(args)) if mode == "--prepare" else None
     if prepared is not None and args[:1] == ["--run"]:
         mode = args.pop(0)
     if mode == "--run":
@@ -526,19 +651,33 @@ def supervised(args: list[str], workspace: str = "/workspace") -> None:
     sys.exit(code)
 
 
-def prepare_options(args: list[str]) -> tuple[bool, str | None, int]:
-    """`--prepare`'s options (`--git`, `--tag TAG`, `--distance N`, in this order), taken from
-    the front of `args`, so that a tag's name is never read as an option."""
-    git, tag, distance = False, None, 0
+def prepare_options(args: list[str]) -> tuple[bool, str | None, int, int]:
+    """`--prepare`'s options (`--git`, `--index SIZE`, `--tag TAG`, `--distance N`, in this
+    order), taken from the front of `args`, so that a tag's name is never read as an option."""
+    git, tag, distance, size = False, None, 0, 0
     if args[:1] == ["--git"]:
         git = bool(args.pop(0))
+    if args[:1] == ["--index"] and len(args) > 1:
+        size = int(args[1])
+        del args[:2]
     if args[:1] == ["--tag"] and len(args) > 1:
         tag = args[1]
         del args[:2]
     if args[:1] == ["--distance"] and len(args) > 1:
         distance = int(args[1])
         del args[:2]
-    return git, tag, distance
+    return git, tag, distance, size
+
+
+def read_listing(git: bool, tag: str | None, distance: int, size: int) -> Prepared:
+    """The tree's entries, `size` bytes on stdin (the host sends them as the exec starts)."""
+    data = bytearray()
+    while len(data) < size:
+        block = os.read(0, min(size - len(data), 1 << 20))
+        if not block:
+            break
+        data += block
+    return git, tag, distance, bytes(data)
 
 
 if __name__ == "__main__":

@@ -11,23 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from retcon_sandbox.text import sanitize, sanitize_name
+from retcon_sandbox.text import encodable, escape_undecodable, sanitize, sanitize_name
 
 
 class Reporter(Protocol):
     run_id: str
 
     def emit(self, event: str, **data: Any) -> None: ...
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def new_run_id() -> str:
@@ -46,11 +42,16 @@ class JsonReporter:
     def emit(self, event: str, **data: Any) -> None:
         record = {"event": event, "schema": SCHEMA, "time": round(time.time(), 3),
                   "run": self.run_id, **data}
-        line = json.dumps(record, ensure_ascii=False, default=str)
-        if _SURROGATE.search(line):  # a name that is not UTF-8: escaped, so the line stays UTF-8
-            line = json.dumps(record, default=str)
-        self.out.write(line + "\n")
+        self.out.write(json_text(record) + "\n")
         self.out.flush()
+
+
+def json_text(value: Any) -> str:
+    """`value` as one line of JSON for --json: UTF-8, and no lone surrogate (strict parsers
+    refuse `\\udce9`): each byte of a name that is not UTF-8 is written `\\xNN` in the string,
+    as the terminal shows it (`text.encodable`); anything else JSON cannot hold, as its text."""
+    return json.dumps(encodable(value), ensure_ascii=False,
+                      default=lambda other: escape_undecodable(str(other)))
 
 
 def _short(sha: str | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 _INVISIBLE = (
@@ -46,6 +47,19 @@ def escape_undecodable(text: str) -> str:
     """Text that encodes as UTF-8: each byte that was not UTF-8 (a surrogateescape surrogate)
     written `\\xNN`, as `sanitize` shows it; `restore_undecodable` reverses it."""
     return _SURROGATE.sub(_escape, text)
+
+
+def encodable(value: Any) -> Any:
+    """`value` (text, or lists and dicts of it, keys too) with every byte of a name that is not
+    UTF-8 written `\\xNN` (`escape_undecodable`): what goes out as UTF-8 JSON (the model's
+    requests, `--json`), where a lone surrogate is refused by strict parsers."""
+    if isinstance(value, str):
+        return escape_undecodable(value)
+    if isinstance(value, list | tuple):
+        return [encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {encodable(key): encodable(item) for key, item in value.items()}
+    return value
 
 
 def restore_undecodable(text: str) -> str:

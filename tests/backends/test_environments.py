@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import io
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -256,9 +257,26 @@ def test_what_setup_made_is_kept_and_restored_but_never_over_the_tree(tmp_path: 
     assert not Path("/etc/app.egg-info").exists()
 
 
+def listing_of(folder: Path) -> bytes:
+    """The `update-index -z --index-info` records of the files under `folder` (but `.git`),
+    as the host sends a tree's: a file's blob hashed as git hashes it."""
+    records = []
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if name.split("/")[0] == ".git" or (path.is_dir() and not path.is_symlink()):
+            continue
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        mode = "120000" if path.is_symlink() else "100755" if os.access(path, os.X_OK) \
+            else "100644"
+        sha = subprocess.run(["git", "hash-object", "--no-filters", "--stdin"], input=data,
+                             capture_output=True, check=True).stdout.decode().strip()
+        records.append(f"{mode} {sha}\t{name}\0".encode())
+    return b"".join(records)
+
+
 def test_the_workspace_becomes_a_tagged_repository(tmp_path: Path) -> None:
     (tmp_path / "pkg.py").write_text("x = 1\n")
-    assert supervisor.make_git(str(tmp_path), "v1.4.0") == 0
+    assert supervisor.make_git(str(tmp_path), "v1.4.0", 0, listing_of(tmp_path)) == 0
     repo = Repo(tmp_path)
     assert repo.describe_tag("HEAD") == "v1.4.0"
     assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
@@ -266,7 +284,7 @@ def test_the_workspace_becomes_a_tagged_repository(tmp_path: Path) -> None:
 
 def test_the_workspace_is_as_far_from_its_tag_as_the_commit(tmp_path: Path) -> None:
     (tmp_path / "pkg.py").write_text("x = 1\n")
-    assert supervisor.make_git(str(tmp_path), "v1.4.0", 5) == 0
+    assert supervisor.make_git(str(tmp_path), "v1.4.0", 5, listing_of(tmp_path)) == 0
     repo = Repo(tmp_path)
     assert repo.describe("HEAD") == ("v1.4.0", 5)
     assert repo.ls_tree(repo.tree_of("HEAD")).keys() == {"pkg.py"}
@@ -372,13 +390,15 @@ def test_a_warmed_sandbox_holds_its_tree_and_goes_when_closed(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("args", "expected", "left"), [
-    (["--git", "--tag", "v1", "--distance", "3", "--run", "60", "make"], (True, "v1", 3),
+    (["--git", "--tag", "v1", "--distance", "3", "--run", "60", "make"], (True, "v1", 3, 0),
      ["--run", "60", "make"]),
-    (["--tag", "--run", "--run", "60", "make"], (False, "--run", 0), ["--run", "60", "make"]),
-    (["--git", "--tag", "--git"], (True, "--git", 0), []),
-    ([], (False, None, 0), [])])
+    (["--git", "--index", "80", "--tag", "--index", "--run", "60", "make"],
+     (True, "--index", 0, 80), ["--run", "60", "make"]),
+    (["--tag", "--run", "--run", "60", "make"], (False, "--run", 0, 0), ["--run", "60", "make"]),
+    (["--git", "--tag", "--git"], (True, "--git", 0, 0), []),
+    ([], (False, None, 0, 0), [])])
 def test_the_supervisor_reads_prepare_options_in_order_and_a_tag_as_a_name(
-        args: list[str], expected: tuple[bool, str | None, int], left: list[str]) -> None:
+        args: list[str], expected: tuple[bool, str | None, int, int], left: list[str]) -> None:
     """A tag is the repository's name, whatever it is: never read as an option or as the
     command that follows (`--prepare ... --run TIMEOUT COMMAND`, one exec)."""
     supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
@@ -423,3 +443,17 @@ def test_the_host_and_the_supervisor_agree_on_what_they_share() -> None:
     assert sandboxes.TIMED_OUT == supervisor.TIMED_OUT
     assert supervisor.PREPARED_RECORD.encode() == sandboxes.PREPARED_RECORD
     assert sandboxes.PREPARE_S == supervisor.PREPARE_S
+
+
+def test_a_result_kept_with_the_git_metadata_made_before_is_not_reused(tmp_path: Path) -> None:
+    """A sandbox opened ahead kept the previous tree's git metadata, and its verdict was kept as
+    the user's own: the git metadata's version is in the cache's key, so it is not reused."""
+    repo = Repo.init(tmp_path / "repo")
+    repo.commit_files("main", {"a": "1\n"}, "base")
+
+    def described(settings: SandboxSettings) -> str:
+        return Environments(repo, LocalBackend(), settings, hostaccess.HostAccess().setup,
+                            JsonReporter(io.StringIO()), "main").describe()
+
+    assert described(DEFAULTS) != " setup:b5261ac2f7f534a6"  # 0.3.0's key for these settings
+    assert described(DEFAULTS.replace(git_metadata=False)) == " setup:ae74fd8ddcb88581"

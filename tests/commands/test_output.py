@@ -132,10 +132,67 @@ def test_nothing_to_extract_is_refused_while_a_named_file_still_differs(tmp_path
         results = model.tool_results()
     assert result.code == 3, result.out + result.err
     assert "Complete!" not in result.out
-    assert any("named by this commit and by no later one, still differ from the source branch: "
+    assert any("named by this commit, still differ from the source branch: "
                "tests/test_discounts.py." in r for r in results), results
     assert "cannot tell which part is mine" in demo.spec.read_text()
     assert demo.spec.read_text().count("nothing_to_extract =") == 1
+
+
+def shared_tests_spec() -> str:
+    """Commit 4's hints name commit 3's file too (as #5's named #4's on the real range)."""
+    text = demo_project.spec_text(False)
+    hints = "README.md's Discount codes section and docs/discounts.md."
+    assert hints in text
+    return text.replace(hints, hints[:-1] + ", and tests/test_discounts.py's docstring.")
+
+
+def first_two() -> list[Step]:
+    return [[write("shop/validation.py", d.VALIDATION), write("shop/cart.py", d.CART),
+             write("tests/test_validation.py", d.TEST_VALIDATION),
+             call("delete_file", path="shop/legacy_checks.py"), call("create_commit", message="m")],
+            [write("shop/discounts.py", d.DISCOUNTS), call("create_commit", message="m")]]
+
+
+@pytest.mark.slow
+def test_a_commit_never_vanishes_while_a_file_it_names_still_differs(tmp_path: Path) -> None:
+    """Commit 3 names tests/test_discounts.py, and so does commit 4: "nothing to extract" is
+    refused while it differs (a commit that is not later does not hold it); said again, the run
+    stops (exit 3) and names the commit that has no commit, never `Complete!`. After a note,
+    the model names commit 4, which names the file: commit 3 is recorded as having nothing,
+    and commit 4 takes the file."""
+    demo = make_demo(tmp_path / "repo", with_paths=False, spec_text=shared_tests_spec())
+    script = [*first_two(),
+              [call("nothing_to_extract", reason="commit 2 has it", held_by=2)],
+              [call("nothing_to_extract", reason="commit 4 is about the tests too")]]
+    with FakeOpenAI(script) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+        results = model.tool_results()
+    assert result.code == 3, result.out + result.err
+    assert "Complete!" not in result.out + result.err
+    assert any("tests/test_discounts.py. commit #2 is not a later commit (this is #3 of 4)."
+               in r for r in results), results
+    assert "commit #3 (test: cover discount codes) has no commit: the model said nothing is " \
+        "left to extract, but tests/test_discounts.py, named by this commit, still differ " \
+        "from the source branch; it named no later commit that holds them." in result.err
+    assert "nothing_to_extract =" not in demo.spec.read_text()
+    assert len(subjects(demo)) == 2
+
+    text = demo.spec.read_text()
+    stop = re.search(r'\{ stuck = "commit #3[^\n]*" \},\n', text)
+    assert stop, text
+    demo.spec.write_text(text[:stop.end()] + '    { resolved = "commit 4 holds it" },\n'
+                         + text[stop.end():])
+    script = [[call("nothing_to_extract", reason="commit 4 holds it", held_by=4)],
+              [write("README.md", d.README), write("docs/discounts.md", d.DOCS),
+               write("tests/test_discounts.py", d.TEST_DISCOUNTS),
+               call("create_commit", message="m")]]
+    with FakeOpenAI(script) as model:
+        again = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+    assert again.code == 0, again.out + again.err
+    assert "Complete!" in again.out and same_tree(demo)
+    assert "(What is left of its files is for commit #4, which names them.)" in \
+        demo.spec.read_text().replace("\\n", "\n")
+    assert len(subjects(demo)) == 3
 
 
 def paths_overlap_spec() -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Demo, cli
 
 LOCAL = ("--sandbox", "local")
@@ -44,3 +46,65 @@ def test_a_demo_folder_that_cannot_be_made_is_a_usage_error(tmp_path: Path) -> N
         assert result.code == 2, result.out + result.err
         assert message in result.err and "Give --directory a new or empty folder" in result.err
         assert "internal error" not in result.err
+
+
+# --- never through a link, checked before anything runs -----------------------------------------
+
+
+def test_a_junit_symlink_the_branch_ships_is_refused_before_anything_runs(
+        demo: Demo, tmp_path: Path) -> None:
+    """The checkout holds `junit.xml`, a symlink to a file outside it: `verify --junit junit.xml`
+    refuses it at once, and the file it points to is never written."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    (demo.path / "junit.xml").symlink_to(outside)
+    result = cli("verify", "main..feature~8", *LOCAL, "--build", "true", "--junit", "junit.xml",
+                 cwd=demo.path)
+    assert result.code == 2, result.out + result.err
+    assert "--junit junit.xml is a symbolic link, not a regular file" in result.err
+    assert "Verifying" not in result.out and "passed" not in result.out
+    assert outside.read_text() == "precious\n" and (demo.path / "junit.xml").is_symlink()
+
+
+@pytest.mark.parametrize("where", ["/proc/junit.xml", "/proc"])
+def test_a_junit_path_no_file_can_be_made_in_is_refused_before_anything_runs(
+        demo: Demo, where: str) -> None:
+    result = cli("verify", "main..feature~8", *LOCAL, "--build", "echo ran", "--junit", where,
+                 cwd=demo.path)
+    assert result.code == 2, result.out + result.err
+    assert f"--junit {where}" in result.err and "Verifying" not in result.out
+    assert "internal error" not in result.err
+
+
+def test_a_junit_report_replaces_a_file_whole_and_never_a_link_made_meanwhile(
+        demo: Demo, tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text("an old report\n")
+    inode = report.stat().st_ino
+    result = cli("verify", "main..feature~8", *LOCAL, "--build", "true", "--junit",
+                 str(report), cwd=demo.path)
+    assert result.code == 0, result.out + result.err
+    assert report.read_text().startswith("<?xml") and report.stat().st_ino != inode  # renamed
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    report.unlink()
+    # the build (on the host, with the local backend) plants a link where the report goes
+    result = cli("verify", "main..feature~8", *LOCAL, "--build",
+                 f"ln -sf '{outside}' '{report}'", "--junit", str(report), cwd=demo.path)
+    shown = result.out + result.err
+    assert result.code == 0, shown
+    assert f"the JUnit report {report} was not written: --junit {report} is a symbolic link" \
+        in shown
+    assert outside.read_text() == "precious\n" and report.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_demo_folder_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "empty"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    result = cli("demo", *LOCAL, "--directory", str(link))
+    assert result.code == 2, result.out + result.err
+    assert f"{link} is a symbolic link; the demo never writes through one" in result.err
+    assert not any(target.iterdir())

@@ -154,14 +154,14 @@ def test_check_with_hints_only_says_the_model_covers_them(demo: Demo) -> None:
 
 
 def test_a_file_that_appears_while_planning_is_kept(tmp_path: Path) -> None:
-    from retcon_sandbox.commands.plan import write_new
+    from retcon_sandbox.commands.plan import output_file
     from retcon_sandbox.errors import SpecError
 
     target = tmp_path / "spec.toml"
-    write_new(target, b"first\n")
+    output_file(target, False).write(b"first\n")
     assert target.read_bytes() == b"first\n" and oct(target.stat().st_mode)[-3:] == "644"
     with pytest.raises(SpecError, match="appeared while plan was working"):
-        write_new(target, b"second\n")
+        output_file(target, False).write(b"second\n")
     assert target.read_bytes() == b"first\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
 

@@ -114,6 +114,10 @@ def certificate_blocks(pem: bytes) -> bytes:
 Place = tuple[str, int]  # a commit, and how many commits after it a tree sits (its version)
 Version = tuple[str | None, int]  # the tag the workspace's git metadata has, and the distance
 WARM_LIMIT = 64 * 1024 * 1024  # the largest tree a pre-warmed sandbox is filled from memory
+# How the workspace's git metadata is made, in the verification cache's key: 2, its HEAD holds
+# the tree's own entries, in every sandbox (before, a sandbox opened ahead kept the previous
+# tree's, and a result kept then is not reused)
+GIT_METADATA = 2
 
 
 @dataclass(frozen=True)
@@ -268,8 +272,9 @@ class Environments:
 
     def describe(self) -> str:
         """What every environment of this run shares: part of the verification cache's key."""
+        git = GIT_METADATA if self.settings.git_metadata else False
         text = json.dumps({"setup": self.settings.setup, "inputs": self._inputs.items,
-                           "git": self.settings.git_metadata, "tag": self.tag})
+                           "git": git, "tag": self.tag})
         return f" setup:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
     def key(self, tree: str) -> str | None:
@@ -373,7 +378,7 @@ class Environments:
         with clock.closing("remove", opening_docker):
             files = self._load(dbox, tree, tar, clock)
             with clock.timed("prepare"):
-                self._prepare_workspace(dbox, version, with_first_command)
+                self._prepare_workspace(dbox, tree, version, with_first_command)
             yield Opened(dbox, files, image)
 
     def refill(self, used: Opened, tree: str, at: Place | None = None,
@@ -411,8 +416,19 @@ class Environments:
         clock.count("reused")
         files = self._load(box, tree, None, clock)
         with clock.timed("prepare"):
-            self._prepare_workspace(box, version, with_first_command)
+            self._prepare_workspace(box, tree, version, with_first_command)
         return Opened(box, files, used.environment)
+
+    def retree(self, box: Sandbox, tree: str, at: Place | None = None) -> None:
+        """`box`, whose files were changed in place since it was opened (a `paths` commit's
+        files put in a sandbox opened ahead, a model's edits), made to hold what one opened on
+        `tree` holds: its git metadata made again for `tree`, and what a setup left copied in
+        again where the tree does not have it, in the exec of its next command (no exec of its
+        own). Without the Docker backend, there is neither."""
+        from retcon_sandbox.backends.docker.sandboxes import DockerSandbox
+
+        if isinstance(box, DockerSandbox) and self.docker is not None:
+            self._prepare_workspace(box, tree, self.version(at), with_first_command=True)
 
     def _load(self, box: Sandbox, tree: str, tar: TarStream | None, clock: Phases) -> int:
         if tar is None:
@@ -498,17 +514,21 @@ class Environments:
             if unused and engine.remove_volume(name):  # else in use by another run: next time
                 self.report.emit("setup_cache_pruned", volume=name)
 
-    def _prepare_workspace(self, box: DockerSandbox, version: Version,
+    def _prepare_workspace(self, box: DockerSandbox, tree: str, version: Version,
                            with_first_command: bool = False) -> None:
         tag, distance = version
-        if self.settings.git_metadata and tag and not self._versioned:
+        git = self.settings.git_metadata
+        if git and tag and not self._versioned:
             self._versioned = True
             self.report.emit("git_metadata", tag=tag, distance=distance)
+        listing = b""
+        if git:
+            with self.git_lock:
+                listing = self.repo.tree_index(tree)
         if with_first_command:
-            box.prepare_with_next_command(self.settings.git_metadata, tag, distance,
-                                          self._not_prepared)
+            box.prepare_with_next_command(git, tag, distance, self._not_prepared, listing)
             return
-        result = box.prepare_workspace(self.settings.git_metadata, tag, distance)
+        result = box.prepare_workspace(git, tag, distance, listing)
         if not result.passed:
             self._not_prepared(result.exit_code, result.output)
 
@@ -561,7 +581,7 @@ class Environments:
                                ca[1] if ca else None, cache) as box:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
-            self._prepare_workspace(box, version)
+            self._prepare_workspace(box, tree, version)
             if cache is not None:
                 self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in")
             for command in commands:

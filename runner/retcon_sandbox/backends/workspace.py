@@ -25,6 +25,9 @@ SYMLINK = "120000"
 
 Opener = Callable[[str], Sandbox]  # a sandbox holding the given tree
 EnvironmentKey = Callable[[str], str | None]  # the prepared environment a tree needs
+# The sandbox's files now hold the given tree: what depends on the tree but is not a file of it
+# (the git metadata) is made for it before the sandbox's next command (`Environments.retree`)
+Retree = Callable[[Sandbox, str], None]
 
 
 def copy_out(box: HelperSandbox, repo: Repo, max_file_size: int,
@@ -57,13 +60,16 @@ def sandbox_tree(box: HelperSandbox, repo: Repo, max_file_size: int) -> str:
 
 class WorkState:
     def __init__(self, repo: Repo, opener: Opener, base_tree: str, source: str,
-                 max_file_size: int, environment: EnvironmentKey | None = None) -> None:
+                 max_file_size: int, environment: EnvironmentKey | None = None,
+                 retree: Retree | None = None) -> None:
         self.repo = repo
         self.max_file_size = max_file_size
         self._open = opener
         self._environment = environment
+        self._retree = retree
         self._box: Sandbox | None = None
         self._box_environment: str | None = None
+        self._box_tree: str | None = None  # the tree the sandbox was opened or retreed on
         self.base_tree = base_tree
         self.source = source
         self._base_entries = repo.ls_tree(base_tree)
@@ -81,16 +87,26 @@ class WorkState:
             tree = self.tree()
             self._box_environment = self._environment(tree) if self._environment else None
             self._box = self._open(tree)
+            self._box_tree = tree
         return self._box
 
     @property
     def command_box(self) -> Sandbox:
         """The sandbox for a build or test: a new one, holding the recorded tree, when the tree
-        now needs another prepared environment than the open one (a dependency was added)."""
+        now needs another prepared environment than the open one (a dependency was added).
+        When the files changed in place since it opened (`put`, the model's tools), it is
+        retreed first: a command sees what it would see in a sandbox opened on the recorded
+        tree, git metadata included."""
         if self._box is not None and self._environment is not None \
                 and self._environment(self.tree()) != self._box_environment:
             self._box = None
-        return self.box
+        box = self.box
+        tree = self.tree()
+        if tree != self._box_tree:
+            if self._retree is not None:
+                self._retree(box, tree)
+            self._box_tree = tree
+        return box
 
     @property
     def opened(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -78,6 +79,9 @@ def temporary_folder() -> Path:
 
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory) if args.directory else None
+    if directory is not None and os.path.islink(directory):  # never written through (outfile)
+        raise UsageError(f"{directory} is a symbolic link; the demo never writes through one",
+                         "Give --directory a new or empty folder, in a place you can write.")
     target = (directory or temporary_folder()).resolve()
     spec = create(target, with_paths=not args.llm)
     as_json = bool(getattr(args, "json", False))

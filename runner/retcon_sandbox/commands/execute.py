@@ -118,7 +118,7 @@ def execute(options: ExecuteOptions) -> int:
     reporter: Reporter = make_reporter(options.json)
     check_base_url(options.base_url)
     if options.summary is not None:
-        outfile.check(options.summary, "--summary")
+        outfile.summary(options.summary, "execute").check()
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
                                           options.setup_disk, options.keep_environments,
@@ -197,7 +197,7 @@ def write_summary(ctx: Run, log: RunLog, summary: Path) -> None:
     try:
         facts = for_spec(ctx.repo, ctx.spec, ctx.specfile.real,
                          (commands.planned("build"), commands.planned("test")), log.events)
-        problem = outfile.append(summary, run_summary(facts))
+        problem = outfile.summary(summary, "execute").append(run_summary(facts))
     except RetconError as exc:
         problem = f"{summary} was not written: {exc.message}"
     if problem:

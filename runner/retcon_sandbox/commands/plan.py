@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from retcon_sandbox.commands.options import (
     make_backend,
 )
 from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, UsageError
+from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
 from retcon_sandbox.plan.draft import Group, derive, draft
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
@@ -38,14 +37,7 @@ from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, s
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.report import HumanReporter, Reporter, make_reporter
-from retcon_sandbox.spec.file import (
-    Spec,
-    SpecFile,
-    atomic_write,
-    sync_directory,
-    temporary_beside,
-    unwritable,
-)
+from retcon_sandbox.spec.file import Spec, SpecFile
 from retcon_sandbox.spec.settings import DEFAULTS
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize, sanitize_name
@@ -183,9 +175,9 @@ def read_facts(target: Target) -> Facts:
 
 def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
     repo = _repo(args)
-    output = Path(args.output) if args.output else None
+    output = output_file(Path(args.output), args.force) if args.output else None
     if output is not None:
-        _check_output(output, args.force)
+        output.check()
     target = choose(repo, args.source, args.remote, args.cleaned)
     facts = read_facts(target)
     out = sys.stdout if output is not None or args.json else sys.stderr
@@ -222,8 +214,12 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                            + ", ".join(sanitize_name(p) for p in group.paths[:4])
                            + (", …" if len(group.paths) > 4 else "") + ")"), file=out)
     if output is not None:
-        write_output(output, text.encode("utf-8"), args.force)
-    reporter.emit("plan_written", path=str(output) if output else None, commits=len(groups),
+        try:
+            output.write(text.encode("utf-8"))
+        except OSError as exc:
+            raise output.unwritten(exc) from None
+    reporter.emit("plan_written", path=str(output.path) if output else None,
+                  commits=len(groups),
                   files=len(facts.changes), **({} if output else {"spec": text}))
     if args.json:
         return EXIT_OK
@@ -232,8 +228,8 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         print("\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
               "spec.toml", file=sys.stderr)
     else:
-        print(sanitize(f"\nDraft written: {output}\nNext: review it, then  retcon-sandbox "
-                       f"execute {output}"))
+        print(sanitize(f"\nDraft written: {output.path}\nNext: review it, then  "
+                       f"retcon-sandbox execute {output.path}"))
     return EXIT_OK
 
 
@@ -250,72 +246,12 @@ def exact(paths: list[str], groups: list[Group]) -> None:
                        "Rename them on the source branch, or write those commits by hand.")
 
 
-def write_new(path: Path, data: bytes) -> None:
-    """Write `path` whole, atomically, and only if it does not exist (a file that appeared since
-    the first check is kept): a temporary file beside it, fsynced, then linked into place."""
-    tmp = temporary_beside(path, data, 0o644)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise SpecError(f"{path} appeared while plan was working; it is kept",
-                        "Give --force to replace it, or another -o FILE.") from None
-    finally:
-        os.unlink(tmp)  # our own temporary name, never anything else
-    sync_directory(path.parent)
-
-
-def write_output(output: Path, data: bytes, force: bool) -> None:
-    """-o FILE: a new file, or with --force a regular file replaced (never a symlink, device,
-    pipe or directory, even one that appeared while plan was working)."""
-    try:
-        if force:
-            _refuse_special(output)
-            atomic_write(output, data)
-        else:
-            write_new(output, data)
-    except OSError as exc:
-        raise _unwritten(output, exc) from None
-
-
-def _unwritten(output: Path, exc: OSError) -> SpecError:
-    why = unwritable(exc, output.parent, "give -o a file in a writable directory")
-    return SpecError(f"cannot write {output}: {exc.strerror or exc}", f"Nothing was written: "
-                     f"{why}, then rerun (or run without -o to print the spec).")
-
-
-_SPECIAL = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-            (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
-            (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _refuse_special(output: Path) -> None:
-    """-o names something that is not a regular file: refused, --force or not."""
-    try:
-        mode = os.lstat(output).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISREG(mode):
-        return
-    kind = next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
-    raise SpecError(f"{output} is {kind}, not a regular file: plan writes a spec file, and "
-                    "never replaces anything else", "Give -o the name of a new file (or, with "
-                    "--force, of a spec file to replace).")
-
-
-def _check_output(output: Path, force: bool) -> None:
-    """Before planning: -o FILE can be written (a dry run makes and removes a temporary file
-    beside it)."""
-    try:
-        _refuse_special(output)
-        if output.exists() and not force:
-            raise SpecError(f"{output} exists; plan does not overwrite it",
-                            "Give --force to replace it, or another -o FILE.")
-        if not output.parent.is_dir():
-            raise SpecError(f"{output.parent} is not a directory", "Create it, or give "
-                            "another -o FILE.")
-        os.unlink(temporary_beside(output, b"", 0o600))  # our own, just made
-    except OSError as exc:
-        raise _unwritten(output, exc) from None
+def output_file(output: Path, force: bool) -> OutFile:
+    """-o FILE: a new file, or with --force a regular file replaced; never a symlink, device,
+    pipe or directory (see outfile.py)."""
+    return OutFile(output, "-o", "plan", "a spec file", replace=force, error=SpecError,
+                   exists_hint="Give --force to replace it, or another -o FILE.",
+                   otherwise=" (or run without -o to print the spec)")
 
 
 # --- the model's refinement ------------------------------------------------------------------

@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retcon_sandbox import outfile
 from retcon_sandbox.commands.options import find_repo
 from retcon_sandbox.commands.verify import revision_range
 from retcon_sandbox.errors import EXIT_OK, GitError, RetconError, UsageError
+from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.report import make_reporter
 from retcon_sandbox.spec.file import Spec, SpecFile
 from retcon_sandbox.summary.facts import Facts, for_range, for_spec
@@ -26,7 +26,9 @@ from retcon_sandbox.verify.table import RangeTarget, parse_target
 
 def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
-    outfile.check(output, "-o", new=not args.force)
+    target = OutFile(output, "-o", "report", "an HTML report", replace=args.force,
+                     exists_hint="Give --force to replace it, or another -o FILE.")
+    target.check()
     spec_path = args.spec_file or args.spec
     if args.spec_file and args.spec and args.spec_file != args.spec:
         raise UsageError(f"two specs given: {args.spec} and --spec {args.spec_file}")
@@ -35,10 +37,12 @@ def run(args: argparse.Namespace) -> int:
                          "For example: retcon-sandbox report history-spec.toml -o report.html, "
                          "or retcon-sandbox report --range main..feature -o report.html.")
     facts = gather(args, Path(spec_path) if spec_path else None)
-    problem = outfile.write(output, page(facts).encode("utf-8"), args.force)
-    if problem:
-        raise RetconError(f"the report {problem}", "Free space or fix the directory, then "
-                          "rerun (nothing runs again: the report is made from what is recorded).")
+    try:
+        target.write(page(facts).encode("utf-8"))
+    except OSError as exc:
+        raise RetconError(f"the report {output} was not written: {exc.strerror or exc}",
+                          "Free space or fix the directory, then rerun (nothing runs again: "
+                          "the report is made from what is recorded).") from None
     verified = sum(1 for c in (*facts.clean, *facts.messy) if c.outcome is not None)
     reporter = make_reporter(args.json)
     reporter.emit("report_written", path=str(output), commits=len(facts.clean),

@@ -4,12 +4,11 @@ is stuck, so scripts can tell."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK
-from retcon_sandbox.report import SCHEMA
+from retcon_sandbox.report import SCHEMA, json_text
 from retcon_sandbox.spec.file import load
 from retcon_sandbox.spec.history import (
     Blocked,
@@ -56,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
                      "mark": mark})
     stuck = any(r["state"] == "stuck" for r in rows)
     if args.json:
-        print(json.dumps({"schema": SCHEMA, "spec": str(path), "source": spec.source,
-                          "cleaned": spec.cleaned, "commits": rows}, ensure_ascii=False))
+        print(json_text({"schema": SCHEMA, "spec": str(path), "source": spec.source,
+                         "cleaned": spec.cleaned, "commits": rows}))
         return EXIT_STUCK if stuck else EXIT_OK
     lines = [f"{path.name}: {spec.source} → {spec.cleaned} (onto {spec.remote})"]
     for row in rows:

@@ -10,7 +10,6 @@ for a configuration error. Nothing is written but the cache's notes.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
@@ -31,6 +30,7 @@ from retcon_sandbox.commands.options import (
     setting_refused,
 )
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
+from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter, plain_terminal
 from retcon_sandbox.spec.file import Spec, SpecFile
@@ -85,29 +85,14 @@ def ci_outputs(args: argparse.Namespace) -> Outputs:
     if github and args.json:
         raise UsageError("--format github and --json both write to standard output",
                          "Choose one; --junit FILE works with either.")
-    junit = Path(args.junit) if args.junit else None
+    junit = OutFile(Path(args.junit), "--junit", "verify", "a JUnit report") \
+        if args.junit else None
     if junit is not None:
-        check_junit(junit)
-    summary = Path(args.summary) if args.summary else None
+        junit.check()  # never through a link; its folder takes a file (not /proc)
+    summary = outfile.summary(Path(args.summary), "verify") if args.summary else None
     if summary is not None:
-        outfile.check(summary, "--summary")
+        summary.check()
     return Outputs(junit, github, summary)
-
-
-def check_junit(junit: Path) -> None:
-    """--junit FILE: a file (not a directory) in an existing directory this user can write."""
-    try:
-        usable = not junit.is_dir() and junit.parent.is_dir()
-    except OSError as exc:  # a name too long, a component not searchable
-        raise UsageError(f"--junit {junit}: {exc.strerror or exc}",
-                         "Give the path of the report to write, e.g. --junit junit.xml.") from None
-    if not usable:
-        raise UsageError(f"--junit {junit}: not a file in an existing directory",
-                         "Give the path of the report to write, e.g. --junit junit.xml.")
-    if not os.access(junit.parent, os.W_OK):
-        raise UsageError(f"--junit {junit}: the directory {junit.parent} is not writable "
-                         "(read-only, or not yours)",
-                         "Give a path in a directory you can write, e.g. --junit junit.xml.")
 
 
 def verify(args: argparse.Namespace, outputs: Outputs) -> int:

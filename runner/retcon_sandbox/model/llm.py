@@ -28,7 +28,7 @@ import tenacity
 from openai.types.chat import ChatCompletion
 
 from retcon_sandbox.errors import ModelError
-from retcon_sandbox.text import escape_undecodable
+from retcon_sandbox.text import encodable
 
 RETRYABLE = (
     openai.RateLimitError,
@@ -245,7 +245,8 @@ class OpenAIChat:
         extra.update({key: value for key, value in sampling.items() if value is not None})
         try:
             response = self._client.chat.completions.create(
-                model=self.name, messages=_encodable(messages), **extra)
+                # a name that is not UTF-8 as `\xNN`; the tools map it back (`WorkState`)
+                model=self.name, messages=encodable(messages), **extra)
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
@@ -322,18 +323,6 @@ def _client_errors() -> tuple[type[Exception], ...]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
-def _encodable(value: Any) -> Any:
-    """The messages, with every byte of a name that is not UTF-8 written `\\xNN` (the request
-    is UTF-8 JSON); the tools map such a name back (`WorkState`)."""
-    if isinstance(value, str):
-        return escape_undecodable(value)
-    if isinstance(value, list):
-        return [_encodable(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _encodable(item) for key, item in value.items()}
-    return value
 
 
 def _why_retry(exc: BaseException | None, timeout: float) -> str:

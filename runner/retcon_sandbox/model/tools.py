@@ -15,6 +15,8 @@ from typing import Any
 from retcon_sandbox.backends.api import ToolFailure
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.paths import not_unicode
+from retcon_sandbox.spec.owed import Owed
+from retcon_sandbox.text import restore_undecodable
 from retcon_sandbox.verify.stages import Verifier, describe
 
 # --- how a step ends ------------------------------------------------------------------------
@@ -68,6 +70,15 @@ def unicode_text(text: str, what: str) -> str:
     return text
 
 
+def named(path: str, allowed: set[str]) -> str:
+    """The name the model means: a name it was shown with `\\xNN` for a byte that is not
+    UTF-8 (as every name goes to it) stands for that name, when it is one of `allowed`."""
+    if path in allowed:
+        return path
+    restored = restore_undecodable(path)
+    return restored if restored in allowed else path
+
+
 class Assignments:
     """What the model may assign in a remainder step, and what it did assign."""
 
@@ -77,6 +88,7 @@ class Assignments:
         self.chosen: dict[str, int] = {}
 
     def assign(self, path: str, commit: int) -> str:
+        path = named(path, self.allowed)
         if path not in self.allowed:
             raise ToolFailure(f"{path} is not among the remaining paths")
         if not 0 <= commit <= self.commits:
@@ -101,7 +113,7 @@ class Proposals:
         hints = unicode_text(hints, "hints")
         if not message:
             raise ToolFailure("message is empty: give the commit's message")
-        wanted = list(dict.fromkeys(paths))
+        wanted = list(dict.fromkeys(named(p, self.allowed) for p in paths))
         unknown = [p for p in wanted if p not in self.allowed]
         if unknown:
             raise ToolFailure("not files of the diff (list them with read_diff): "
@@ -127,7 +139,10 @@ class StepContext:
     verifier: Verifier
     assignments: Assignments | None = None
     proposals: Proposals | None = None
-    owed: Callable[[], list[str]] | None = None  # paths this commit must still carry
+    # what this commit still owes, were it to end without a commit (`spec.owed.still_owed`),
+    # given the later commit the model says holds it
+    owed: Callable[[int | None], Owed | None] | None = None
+    refused: int = 0  # `nothing_to_extract` calls refused for what the commit owes
 
 
 # --- the handlers ----------------------------------------------------------------------------
@@ -180,13 +195,17 @@ def _nothing_to_extract(ctx: StepContext, a: dict[str, Any]) -> Outcome:
     if ctx.state.changes() and ctx.state.tree() != ctx.state.base_tree:
         raise ToolFailure("the working state has changes: call create_commit to commit them, "
                           "or undo them first if this commit really has nothing to take")
-    owed = ctx.owed() if ctx.owed else []
-    if owed:
-        raise ToolFailure("these files, named by this commit and by no later one, still differ "
-                          "from the source branch: " + ", ".join(owed) + ". Take this commit's "
-                          "change of them (read_diff with the path shows it) and call "
-                          "create_commit; if you cannot, call report_stuck and say why.")
-    return NothingLeft(str(a["reason"]).strip() or "(no reason given)")
+    held_by = a.get("held_by")
+    owed = ctx.owed(held_by) if ctx.owed else None
+    if owed is not None:
+        ctx.refused += 1
+        if ctx.refused > 1:  # told once what is owed: the commit would vanish, so it stops
+            return GaveUp(owed.summary())
+        raise ToolFailure(owed.for_model())
+    reason = str(a["reason"]).strip() or "(no reason given)"
+    if held_by is not None and ctx.owed is not None and ctx.owed(None) is not None:
+        reason += f"\n(What is left of its files is for commit #{held_by}, which names them.)"
+    return NothingLeft(reason)
 
 
 def _assign_path(ctx: StepContext, a: dict[str, Any]) -> str:
@@ -262,8 +281,12 @@ TOOLS: tuple[Tool, ...] = (
          (Param("summary", "string", "What is blocking and what would unblock it"),),
          _report_stuck),
     Tool("nothing_to_extract", "Finish this step without a commit because earlier commits "
-         "already hold everything this commit asks for (read_diff shows nothing of it left).",
-         (Param("reason", "string", "Why nothing is left for this commit"),),
+         "already hold everything this commit asks for (read_diff shows nothing of it left), "
+         "or a later commit holds what is left of it (held_by).",
+         (Param("reason", "string", "Why nothing is left for this commit"),
+          Param("held_by", "integer", "When files this commit names still differ: the number "
+                "of the later commit that holds all that is left of them (it must name them "
+                "too)", False)),
          _nothing_to_extract),
     Tool("assign_path", "Say which commit a remaining changed path belongs to.",
          (PATH, Param("commit", "integer", "The commit's number, or 0 if it belongs to none")),

@@ -178,8 +178,11 @@ class Run:
                                  environment=opened.environment)
                 return opened.box
 
+            def retree(box: Sandbox, tree: str) -> None:
+                self.envs.retree(box, tree, self.place(tree, number))
+
             yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
-                            self.settings.max_file_size, self.envs.key)
+                            self.settings.max_file_size, self.envs.key, retree)
 
     def place(self, tree: str, number: int | None) -> tuple[str, int]:
         """Where a sandbox's tree sits, for its git metadata's version: the cleaned branch's

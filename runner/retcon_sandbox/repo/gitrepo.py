@@ -29,7 +29,7 @@ from gitdb.exc import ODBError  # type: ignore[import-untyped]
 from retcon_sandbox.archive import TarStream
 from retcon_sandbox.errors import GitError
 from retcon_sandbox.paths import dotgit_component
-from retcon_sandbox.text import sanitize_name
+from retcon_sandbox.text import escape_undecodable, sanitize_name
 
 ZERO = "0" * 40
 TAR_BLOCK = 1 << 20  # the tar stream is produced in blocks of about this size
@@ -298,6 +298,11 @@ class Repo:
             entries[path] = TreeEntry(mode, sha)
         return entries
 
+    def tree_index(self, tree: str) -> bytes:
+        """`tree`'s entries as `update-index -z --index-info` records: what a sandbox's git
+        metadata is made from, so that its HEAD holds exactly this tree."""
+        return b"".join(_index_record(path, entry) for path, entry in self.ls_tree(tree).items())
+
     def blob(self, sha: str, limit: int | None = None) -> bytes:
         """A blob's content; with `limit`, its size is checked before it is read."""
         try:
@@ -476,8 +481,11 @@ class Repo:
                            "rewrites.")
 
     def commit_tree(self, tree: str, parent: str, message: str) -> str:
-        return self._git("commit-tree", tree, "-p", parent, "-F", "-",
-                         stdin=(message.rstrip("\n") + "\n").encode(), env=self._identity())
+        """A commit message is UTF-8: a name in it that is not (`latin\\xe9.txt`, listed by
+        the remainder's commit) has each such byte written `\\xNN`, as the terminal shows it."""
+        text = escape_undecodable(message.rstrip("\n")) + "\n"
+        return self._git("commit-tree", tree, "-p", parent, "-F", "-", stdin=text.encode(),
+                         env=self._identity())
 
     def _identity(self) -> dict[str, str]:
         if self._identity_env is None:
@@ -545,7 +553,7 @@ class Repo:
                               else None) for p, c in files.items()]
         tree = self.make_tree(base, changes)
         args = ["commit-tree", tree, "-F", "-"] + (["-p", parent] if parent else [])
-        sha = self._git(*args, stdin=message.encode(), env=self._identity())
+        sha = self._git(*args, stdin=escape_undecodable(message).encode(), env=self._identity())
         self.update_branch(branch, sha, parent, "commit")
         return sha
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import errno
 import fcntl
 import os
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from retcon_sandbox.errors import ConcurrentEditError, LockedError, SpecError
+from retcon_sandbox.outfile import unwritable
 from retcon_sandbox.paths import PathRefused, pattern
 from retcon_sandbox.spec import tomltext
 from retcon_sandbox.spec.history import (
@@ -328,17 +328,6 @@ def storable(entry: Entry) -> Entry:
         return entry
     text = tomltext.unicode_text(value)
     return entry if text == value else kind_of(entry).make(text)
-
-
-def unwritable(exc: OSError, directory: Path, elsewhere: str) -> str:
-    """What to do when a file cannot be written in `directory` (`elsewhere`: how to write it in
-    another place), for the cause `exc` gives."""
-    return {errno.EROFS: f"it is on a read-only file system: {elsewhere}",
-            errno.ENOSPC: "the disk is full: free some space",
-            errno.EDQUOT: "your disk quota is used up: free some space",
-            errno.ENAMETOOLONG: "its path is too long (with a temporary file's name beside it): "
-                                "use a shorter path"}.get(
-        exc.errno or 0, f"its directory {directory} must be one you can write")
 
 
 TEMPORARY_NAME_BYTES = 200  # of the target's name in a temporary file's: ".<name>.XXXXXXXX.tmp"

@@ -17,13 +17,13 @@ import re
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TextIO
 
-from retcon_sandbox import outfile
+from retcon_sandbox.errors import RetconError
 from retcon_sandbox.markup import html_text, md_code, md_pre
+from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.text import sanitize
 from retcon_sandbox.verify.cache import Outcome
 from retcon_sandbox.verify.table import Row, cells, summary, totals, verdicts
@@ -172,9 +172,9 @@ class Outputs:
     """What a verify run writes besides its table: a JUnit file, GitHub annotations (printed
     after the guarded output, once workflow commands are read again), a Markdown summary."""
 
-    junit: Path | None = None
+    junit: OutFile | None = None
     github: bool = False
-    summary: Path | None = None
+    summary: OutFile | None = None
     pending: list[str] = field(default_factory=list)
 
     @contextmanager
@@ -204,15 +204,16 @@ class Outputs:
         if self.summary is not None:
             text = markdown_summary(label, rows, seconds,
                                     planned or {"build": True, "test": True}, shard_line)
-            problem = outfile.append(self.summary, text)
+            problem = self.summary.append(text)
             if problem:
                 problems.append(f"the summary {problem}")
         if self.junit is not None:
-            try:
-                self.junit.write_text(junit(label, rows, seconds), encoding="utf-8")
+            try:  # atomically: never half a report, never through a link
+                self.junit.write(junit(label, rows, seconds).encode("utf-8"))
             except OSError as exc:
-                with suppress(OSError):  # a truncated report would read as a broken one
-                    self.junit.unlink()
-                problems.append(f"the JUnit report {self.junit} was not written: "
+                problems.append(f"the JUnit report {self.junit.path} was not written: "
                                 f"{exc.strerror or exc}")
+            except RetconError as exc:  # it became a link (or a folder, ...) meanwhile
+                problems.append(f"the JUnit report {self.junit.path} was not written: "
+                                f"{exc.message}")
         return "; ".join(problems) or None

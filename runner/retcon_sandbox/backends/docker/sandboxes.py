@@ -91,22 +91,28 @@ class DockerSandbox(HelperSandbox):
             self._still_alive(command)
         return result
 
-    def prepare_workspace(self, git: bool, tag: str | None, distance: int = 0
-                          ) -> CommandResult:
-        """The git metadata (a repository whose last commit holds the tree, `distance` commits
-        after the tag `tag`), then what a setup left in the workspace: as the commands' uid,
-        which then owns them."""
+    def prepare_workspace(self, git: bool, tag: str | None, distance: int = 0,
+                          listing: bytes = b"") -> CommandResult:
+        """The git metadata (a repository whose last commit holds the tree `listing` gives:
+        its `update-index -z --index-info` records; `distance` commits after the tag `tag`),
+        then what a setup left in the workspace: as the commands' uid, which then owns them.
+        Made again, it replaces the git metadata made before."""
         return self._backend.run_command(self.container_id, "prepare the workspace",
                                          PREPARE_S, self._env,
-                                         mode_args=_prepare_args(git, tag, distance))
+                                         mode_args=_prepare_args(git, tag, distance, listing),
+                                         feed=listing if git and listing else None)
 
     def prepare_with_next_command(self, git: bool, tag: str | None, distance: int = 0,
-                                  failed: Callable[[int, str], None] | None = None) -> None:
+                                  failed: Callable[[int, str], None] | None = None,
+                                  listing: bytes = b"") -> None:
         """`prepare_workspace`, in the exec of the next command (`run`), just before it: one
-        exec less, for a sandbox whose files nothing reads before its first command. When it
-        fails, that command's output says so first, `failed(exit code, why)` is called, and
-        the command runs all the same. Its time is not the command's."""
-        self._prepare_first = PrepareFirst(_prepare_args(git, tag, distance), failed)
+        exec less, for a sandbox whose files nothing reads before its first command, or whose
+        files changed in place since it was prepared. When it fails, that command's output
+        says so first, `failed(exit code, why)` is called, and the command runs all the same.
+        Its time is not the command's. A second call before that command replaces the
+        first."""
+        self._prepare_first = PrepareFirst(_prepare_args(git, tag, distance, listing), failed,
+                                           listing if git and listing else None)
 
     def snapshot(self) -> CommandResult:
         """As the helper's uid: only it reads the tree list (setup's commands cannot change
@@ -445,18 +451,22 @@ class DockerBackend:
                     env: dict[str, str] | None = None,
                     on_output: Callable[[bytes], None] | None = None,
                     mode_args: list[str] | None = None, uid: int = COMMAND_UID,
-                    prepare_first: PrepareFirst | None = None) -> CommandResult:
+                    prepare_first: PrepareFirst | None = None, feed: bytes | None = None
+                    ) -> CommandResult:
         """Run `command` in its own exec as COMMAND_UID, which cannot reach the helper. The
         host reads and caps its output; past the timeout plus a margin, every process of that
         uid is killed; if even that fails, the container is removed (SandboxError).
         `mode_args`: another of the supervisor's modes (--prepare, --snapshot) instead.
-        `prepare_first`: a --prepare in the same exec, before the command."""
+        `prepare_first`: a --prepare in the same exec, before the command. `feed`: the
+        exec's stdin (a --prepare's tree entries), sent as it starts."""
         started = time.monotonic()
         margin = COMMAND_MARGIN_S + (PREPARE_S if prepare_first else 0.0)
         argv = mode_args if mode_args is not None else [
             *(prepare_first.args if prepare_first else []), "--run", str(timeout), command]
+        if prepare_first is not None:
+            feed = prepare_first.feed
         exec_id, stream = self._exec_command(container_id, argv,
-                                             self.env if env is None else env, uid)
+                                             self.env if env is None else env, uid, feed)
         capture = OutputCapture()
         stream.deadline = started + timeout + margin
         overdue = False
@@ -489,12 +499,16 @@ class DockerBackend:
                              capture.total, capture.truncated, round(seconds, 3))
 
     def _exec_command(self, container_id: str, argv: list[str], env: dict[str, str],
-                      uid: int = COMMAND_UID) -> tuple[str, ExecStream]:
+                      uid: int = COMMAND_UID, feed: bytes | None = None
+                      ) -> tuple[str, ExecStream]:
         try:
             exec_id, sock = self.engine.exec_open(
-                container_id, supervisor_argv(*argv), user=f"{uid}:{GID}", stdin=False,
-                environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})
-            return exec_id, ExecStream(sock)
+                container_id, supervisor_argv(*argv), user=f"{uid}:{GID}",
+                stdin=feed is not None, environment={**env, "RETCON_SANDBOX_SUPERVISE": "1"})
+            stream = ExecStream(sock)
+            if feed:
+                _feed(stream, feed)
+            return exec_id, stream
         except EngineError as exc:
             if not self.engine.is_running(container_id):
                 raise SandboxError("the sandbox container stopped before a command could start",
@@ -538,6 +552,7 @@ TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its ti
 PREPARED_RECORD = b"retcon-sandbox-prepared"
 PREPARE_S = COMMAND_MARGIN_S * 4  # the longest the git metadata takes (the supervisor's too)
 HELD_MAX = 4096  # bytes of the supervisor's stderr held apart; the rest joins the output
+FEED_S = COMMAND_MARGIN_S * 4  # the longest the tree's entries take to reach the supervisor
 
 
 @dataclass(frozen=True)
@@ -547,6 +562,7 @@ class PrepareFirst:
 
     args: list[str]
     failed: Callable[[int, str], None] | None = None
+    feed: bytes | None = None  # the exec's stdin: the tree's entries
 
     def said(self, held: bytes, capture: OutputCapture, ended: bool = True) -> float:
         """Read the supervisor's stderr (`held`): the seconds the --prepare took (not the
@@ -587,10 +603,27 @@ def _pump(stream: ExecStream, capture: OutputCapture,
     return False
 
 
-def _prepare_args(git: bool, tag: str | None, distance: int) -> list[str]:
+def _prepare_args(git: bool, tag: str | None, distance: int, listing: bytes = b"") -> list[str]:
     """The supervisor's --prepare and its options, in the order it reads them."""
-    return ["--prepare", *(["--git"] if git else []), *(["--tag", tag] if tag else []),
+    return ["--prepare", *(["--git"] if git else []),
+            *(["--index", str(len(listing))] if git and listing else []),
+            *(["--tag", tag] if tag else []),
             *(["--distance", str(distance)] if tag and distance else [])]
+
+
+def _feed(stream: ExecStream, data: bytes) -> None:
+    """`data` on the exec's stdin, within FEED_S: the supervisor reads it all before anything
+    else. An exec that ended first (no python3 in the image) is said by its exit code."""
+    stream.deadline = time.monotonic() + FEED_S
+    try:
+        stream.send(data)
+    except OSError:
+        pass
+    except DeadlineExceeded:
+        stream.close()
+        raise SandboxError(f"the sandbox did not take the tree's entries within {FEED_S:.0f} s",
+                           "Rerun to resume; the commit is verified again.") from None
+    stream.deadline = None
 
 
 def python_argv(name: str, source: str, *args: str) -> list[str]:

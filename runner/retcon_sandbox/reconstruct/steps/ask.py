@@ -9,11 +9,13 @@ from retcon_sandbox.model.tools import WORK_TOOLS, Assigned, GaveUp, Outcome, St
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.resources import prompt
 from retcon_sandbox.spec.file import CommitSpec
+from retcon_sandbox.spec.owed import Owed
 
 
 def ask_model(run: Run, commit: CommitSpec, state: WorkState, task: str, label: str,
               offered: tuple[str, ...] = WORK_TOOLS,
-              owed: Callable[[], list[str]] | None = None, tokens: str | None = None
+              owed: Callable[[int | None], Owed | None] | None = None,
+              tokens: str | None = None
               ) -> Outcome:
     """`tokens`: the summary's key the usage is counted under (the commit's number unless
     said; a speculation counts its own, see steps/speculate.py)."""

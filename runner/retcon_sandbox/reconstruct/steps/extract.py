@@ -3,8 +3,6 @@ state, by plain code for `paths` commits, or by the model from the hints."""
 
 from __future__ import annotations
 
-import re
-
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.model.tools import EXTRACT_TOOLS, Committed, GaveUp, NothingLeft, Outcome
 from retcon_sandbox.paths import Patterns
@@ -13,6 +11,7 @@ from retcon_sandbox.reconstruct.steps.ask import ask_model, resolution
 from retcon_sandbox.resources import prompt
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import Extract, NothingToExtract
+from retcon_sandbox.spec.owed import Owed, still_owed
 
 
 def extract(run: Run, commit: CommitSpec, state: WorkState, step: Extract,
@@ -52,27 +51,15 @@ def ask_extraction(run: Run, commit: CommitSpec, state: WorkState, step: Extract
                   diffstat=run.repo.diff_stat(working, run.source) or "(empty)",
                   resolution=resolution(step.stuck, step.note))
     return ask_model(run, commit, state, task, label, EXTRACT_TOOLS,
-                     owed=lambda: owed_paths(run, commit, state), tokens=tokens)
+                     owed=lambda held_by: owed(run, commit, state, held_by), tokens=tokens)
 
 
-def owed_paths(run: Run, commit: CommitSpec, state: WorkState) -> list[str]:
-    """The paths that still differ from the source branch and that this commit names (its
-    `paths`, or its hints by path or file name) while no later commit does: the model may not
-    say "nothing to extract" while one is left, or the commit would vanish from the history."""
-    later = run.spec.commits[commit.number:]
-    return [path for path in run.repo.changed_paths(state.tree(), run.source)
-            if names(commit, path) and not any(names(c, path) for c in later)]
-
-
-def names(commit: CommitSpec, path: str) -> bool:
-    if commit.paths is not None:
-        return Patterns(commit.paths).matches(path)
-    if not commit.hints:
-        return False
-    base = path.rsplit("/", 1)[-1]
-    candidates = (path, base) if "." in base.strip(".") else (path,)
-    return any(re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w/-])", commit.hints)
-               for name in candidates)
+def owed(run: Run, commit: CommitSpec, state: WorkState, held_by: int | None) -> Owed | None:
+    """What this commit still owes, were it to end without a commit now (see spec/owed.py): the
+    model may not say "nothing to extract" while it owes something, or the commit would vanish
+    from the history."""
+    changed = run.repo.changed_paths(state.tree(), run.source)
+    return still_owed(commit, run.spec.commits, changed, held_by)
 
 
 def take_paths(run: Run, commit: CommitSpec, state: WorkState) -> CommitSpec:
