@@ -11,6 +11,10 @@ the script. `refused_url()` is an endpoint where nothing listens.
 Instead of a script, `respond` may answer each request from its body (a model whose answer
 depends on what it is asked, not on the order of the requests: what a pipelined run needs to
 be compared with a serial one). `latency` delays every answer by that many seconds.
+
+`refuse` names request parameters the server refuses with OpenAI's own 400 (`Unsupported
+parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'
+instead.`), as its reasoning models refuse `max_tokens`.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ class FakeOpenAI:
     def __init__(self, script: list[Step], preflight: Step = "OK",
                  models: tuple[str, ...] | None = None, tools: bool = True,
                  respond: Callable[[dict[str, Any]], Step] | None = None,
-                 latency: float = 0.0) -> None:
+                 latency: float = 0.0, refuse: tuple[str, ...] = ()) -> None:
         """`tools=False`: a server without tool calling, which answers 400 to any request that
         offers tools (as Ollama does for such a model)."""
         self.script = list(script)
@@ -87,6 +91,8 @@ class FakeOpenAI:
         self.tools = tools
         self.preflight = preflight
         self.models = models
+        self.refuse = refuse
+        self.refused: list[str] = []  # the parameter each refused request sent
         self._closing = threading.Event()
         self.preflights = 0
         self.requests: list[dict[str, Any]] = []
@@ -132,6 +138,10 @@ class FakeOpenAI:
                                                   "exist or you do not have access to it.",
                                        "type": "invalid_request_error",
                                        "code": "model_not_found"}}
+            refused = next((name for name in self.refuse if name in body), None)
+            if refused is not None:
+                self.refused.append(refused)
+                return 400, _unsupported(refused)
             if body.get("tools") and not self.tools:
                 return 400, {"error": {"message": f"registry.ollama.ai/library/"
                                                   f"{body.get('model')} does not support tools",
@@ -208,6 +218,18 @@ class FakeOpenAI:
                 pass
 
         return Handler
+
+
+INSTEAD = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
+
+
+def _unsupported(name: str) -> dict[str, Any]:
+    """OpenAI's refusal of a parameter, word for word."""
+    other = INSTEAD.get(name)
+    return {"error": {"message": f"Unsupported parameter: '{name}' is not supported with this "
+                                 "model." + (f" Use '{other}' instead." if other else ""),
+                      "type": "invalid_request_error", "param": name,
+                      "code": "unsupported_parameter"}}
 
 
 def _is_preflight(body: dict[str, Any]) -> bool:

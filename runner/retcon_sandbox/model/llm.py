@@ -42,6 +42,10 @@ PREFLIGHT_TOOLS = [{"type": "function", "function": {
     "name": "ready", "description": "Say that you are ready (optional).",
     "parameters": {"type": "object", "properties": {}}}}]
 DEFAULT_URL = "https://api.openai.com/v1"
+# The reply-length parameter's two names, each to the other: Chat Completions' older
+# `max_tokens`, which OpenAI's reasoning models refuse, and its successor, which some
+# OpenAI-compatible servers do not know yet.
+TOKEN_NAMES = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class ModelSettings:
     temperature: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    tokens_name: str = "max_tokens"  # the reply-length parameter's name tried first
 
     @property
     def endpoint(self) -> str:
@@ -165,6 +170,8 @@ class OpenAIChat:
         self._settings = settings
         self._notice = notice or (lambda text: None)
         self._last_error: openai.OpenAIError | None = None
+        self._tokens_name = settings.tokens_name  # learned from a refusal, for the run
+        self._tokens_learned = False
         try:
             self._client = openai.OpenAI(base_url=settings.base_url,
                                          api_key=settings.api_key or "unused", max_retries=0,
@@ -241,12 +248,11 @@ class OpenAIChat:
     def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         s = self._settings
-        sampling = {"temperature": s.temperature, "max_tokens": s.max_tokens, "seed": s.seed}
+        sampling = {"temperature": s.temperature, self._tokens_name: s.max_tokens,
+                    "seed": s.seed}
         extra.update({key: value for key, value in sampling.items() if value is not None})
         try:
-            response = self._client.chat.completions.create(
-                # a name that is not UTF-8 as `\xNN`; the tools map it back (`WorkState`)
-                model=self.name, messages=encodable(messages), **extra)
+            response = self._create(messages, extra)
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
@@ -258,6 +264,24 @@ class OpenAIChat:
         if not isinstance(response, ChatCompletion):
             raise self._bad_answer(_what_it_is(response))
         return _reply(response, self._bad_answer)
+
+    def _create(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> object:
+        """One request; a refusal of the reply-length parameter's name (OpenAI's reasoning
+        models refuse `max_tokens`, older servers `max_completion_tokens`) is answered by one
+        more request with the other name, which the rest of the run keeps."""
+        try:
+            return self._client.chat.completions.create(  # a name that is not UTF-8 as
+                model=self.name, messages=encodable(messages), **extra)  # `\xNN` (WorkState)
+        except openai.BadRequestError as exc:
+            sent = self._tokens_name
+            if sent not in extra or self._tokens_learned or not _refuses(exc, sent):
+                raise
+            self._tokens_learned = True
+            self._tokens_name = TOKEN_NAMES[sent]
+            extra = {key: value for key, value in extra.items() if key != sent}
+            extra[self._tokens_name] = self._settings.max_tokens
+            return self._client.chat.completions.create(  # a name that is not UTF-8 as
+                model=self.name, messages=encodable(messages), **extra)  # `\xNN` (WorkState)
 
     def _where(self) -> str:
         return f"model {self.name!r} at {self._settings.endpoint}"
@@ -295,6 +319,19 @@ class OpenAIChat:
                               "run resumes from the spec.")
         return ModelError(f"the model call failed{suffix}: {_describe(exc)} ({where})",
                           "Check the model settings, then rerun: the run resumes from the spec.")
+
+
+def _refuses(exc: openai.BadRequestError, name: str) -> bool:
+    """Whether a 400 refuses the parameter `name` itself (`Unsupported parameter:
+    'max_tokens' ... Use 'max_completion_tokens' instead.`, its `param` field naming it)."""
+    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+    inner = body.get("error")
+    error: dict[str, Any] = inner if isinstance(inner, dict) else body
+    if error.get("param") == name:
+        return True
+    message = str(error.get("message") or exc.message)
+    return f"'{name}'" in message and ("nsupported" in message or "not supported" in message
+                                       or TOKEN_NAMES[name] in message)
 
 
 _BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
