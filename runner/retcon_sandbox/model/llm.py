@@ -338,9 +338,16 @@ _BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
 
 
 def redact_key(text: str, key: str | None) -> str:
-    """`text` without the API key: every `Bearer …` credential, and the key itself, as ***."""
+    """`text` without the API key: every `Bearer …` credential, and the key itself, as ***.
+    A key shorter than 8 characters is hidden only where it stands alone: inside a longer
+    word it is chance (a key `k` in "API key"), and hiding it there garbles the message."""
     text = _BEARER.sub(r"\1***", text)
-    return text.replace(key, "***") if key and key.strip() else text
+    key = (key or "").strip()
+    if not key:
+        return text
+    if len(key) >= 8:
+        return text.replace(key, "***")
+    return re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", "***", text)
 
 
 @functools.cache
