@@ -15,7 +15,7 @@ import pytest
 from retcon_sandbox.errors import ModelError
 from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, retry_after
 from tests.conftest import cli, llm_env, make_demo
-from tests.fake_openai import FakeOpenAI, Fault
+from tests.fake_openai import FakeOpenAI, Fault, Step
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 HI = [{"role": "user", "content": "hi"}]
@@ -63,8 +63,22 @@ def test_no_retry_ends_past_the_deadline() -> None:
             chat(model.base_url, notices, deadline=600).complete(HI, [])
         assert model.remaining == 1
     assert notices == []
-    assert "a retry would end past the 600 s deadline (RETCON_SANDBOX_MODEL_DEADLINE)" in \
-        raised.value.message
+    assert raised.value.message.startswith("the model endpoint failed: HTTP 429: ")
+    assert raised.value.message.endswith(
+        "). It was not tried again: the wait before another try would end more than 600 s "
+        "after the first one (the deadline, RETCON_SANDBOX_MODEL_DEADLINE)")
+
+
+def test_a_deadline_after_several_attempts_reads_as_a_sentence() -> None:
+    notices: list[str] = []
+    script: list[Step] = [Fault(503), Fault(429, headers=(("Retry-After", "3600"),)), "never"]
+    with FakeOpenAI(script) as model, pytest.raises(ModelError) as raised:
+        chat(model.base_url, notices, deadline=10).complete(HI, [])
+    message = raised.value.message
+    assert message.startswith("the model endpoint failed after 2 attempts: HTTP 429: ")
+    assert "failed a retry" not in message and ";" not in message
+    assert message.endswith("more than 10 s after the first one (the deadline, "
+                            "RETCON_SANDBOX_MODEL_DEADLINE)")
 
 
 def headers(**values: str) -> SimpleNamespace:

@@ -228,14 +228,18 @@ class OpenAIChat:
         return error
 
     def _failed(self, exc: openai.OpenAIError, retrying: tenacity.Retrying) -> ModelError:
-        if isinstance(exc, RETRYABLE):
-            attempts = int(retrying.statistics.get("attempt_number", 1))
-            after = f"after {attempts} attempts" if attempts > 1 else ""
-            if attempts < self._settings.attempts:
-                after = (f"{after}; a retry would end past the {self._settings.deadline:g} s "
-                         "deadline (RETCON_SANDBOX_MODEL_DEADLINE)").lstrip("; ")
-            return self._error(exc, after)
-        return self._error(exc, "")
+        """The error; for one the policy retries, how often it was tried and, when attempts
+        were left, why no more were made (a sentence of its own after the endpoint)."""
+        if not isinstance(exc, RETRYABLE):
+            return self._error(exc, "")
+        attempts = int(retrying.statistics.get("attempt_number", 1))
+        error = self._error(exc, f"after {attempts} attempts" if attempts > 1 else "")
+        if attempts < self._settings.attempts:
+            error.message += (f". It was not tried again: the wait before another try would end "
+                              f"more than {self._settings.deadline:g} s after the first one "
+                              "(the deadline, RETCON_SANDBOX_MODEL_DEADLINE)")
+            error.args = (error.message,)
+        return error
 
     def _announce(self, state: tenacity.RetryCallState) -> None:
         s = self._settings
