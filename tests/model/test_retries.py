@@ -5,6 +5,7 @@ backoff, with jitter), and the overall deadline; and what the preflight checks: 
 from __future__ import annotations
 
 import email.utils
+import json
 import re
 import time
 from pathlib import Path
@@ -119,8 +120,14 @@ def test_an_ollama_endpoint_gets_a_warning_about_its_context(tmp_path: Path) -> 
     with FakeOpenAI([]) as model:
         url = model.base_url.replace("/v1", "/api/v1")
         result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(url))
+        again = make_demo(tmp_path / "again", with_paths=True)
+        as_json = cli("execute", str(again.spec), *LOCAL, "--json", env=llm_env(url))
         plain = cli("status", str(demo.spec), env=llm_env(model.base_url))
     assert result.code == 0, result.out + result.err
-    assert result.out.count("looks like Ollama") == 1
-    assert "OLLAMA_CONTEXT_LENGTH" in result.out and "num_ctx" in result.out
+    assert result.err.count("looks like Ollama") == 1 and "Ollama" not in result.out
+    assert "OLLAMA_CONTEXT_LENGTH" in result.err and "num_ctx" in result.err
+    assert as_json.code == 0, as_json.out + as_json.err
+    assert as_json.err.count("looks like Ollama") == 1
+    warnings = [json.loads(line) for line in as_json.out.splitlines() if '"warning"' in line]
+    assert any("looks like Ollama" in w["message"] for w in warnings)
     assert "Ollama" not in plain.out + plain.err

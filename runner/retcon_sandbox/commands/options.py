@@ -22,7 +22,7 @@ from retcon_sandbox.errors import (
     env_number,
 )
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import Reporter, verbosity
+from retcon_sandbox.report import JsonReporter, Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
 from retcon_sandbox.spec.modeltable import (
@@ -190,14 +190,13 @@ def make_agent(settings: ModelSettings | None, transcript: Path,
         if reporter is not None:
             reporter.emit("model_retry", message=text)
 
-    if looks_like_ollama(settings.base_url):
+    if looks_like_ollama(settings.base_url):  # on stderr, as the model's other notices
         text = ("this endpoint looks like Ollama, whose default context (2048 to 4096 tokens, "
                 "by version) silently truncates long prompts: start it with "
                 "OLLAMA_CONTEXT_LENGTH=32768 (or give the model a larger num_ctx in a Modelfile)")
-        if reporter is not None:
+        _warn(text)
+        if isinstance(reporter, JsonReporter):
             reporter.emit("warning", message=text)
-        else:
-            _warn(text)
     model = OpenAIChat(settings, notice)
     model.preflight()
     return Agent(model, Transcript(transcript), StepLimits())
