@@ -195,9 +195,12 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         groups, repairs = refine(args, target, facts, groups, reporter, out)
         how = (f"proposed by the model {model.model}, checked in code" if repairs.refused is None
                else f"deterministic (the model's proposal was refused: {repairs.refused})")
-    if repo.branch_sha(b.cleaned):
-        reporter.emit("warning", message=f"the branch {b.cleaned!r} exists: execute will "
-                      "continue it; give --cleaned NAME for a new one")
+    if repo.branch_sha(b.cleaned):  # a new spec has no run that made it: execute refuses it
+        reporter.emit("warning", message=f"the branch {b.cleaned!r} exists, and `execute` "
+                      "works only on a cleaned branch that the spec's own runs created: give "
+                      f"--cleaned NAME for a new one, delete it (git branch -D {b.cleaned}) if "
+                      "it is an old result, or run `execute --adopt-branch` to add the commits "
+                      "on top of it")
     header = (f"Draft history spec for {b.source}, made by `retcon-sandbox plan` from "
               f"{len(facts.commits)} messy commit(s)\n({how}).\n"
               "A draft: review the grouping, order and messages before `retcon-sandbox "
@@ -225,12 +228,16 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         return EXIT_OK
     if output is None:  # exact into a file or pipe; on a terminal, shown as any text is
         sys.stdout.write(sanitize(text) if sys.stdout.isatty() else text)
-        print("\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
-              "spec.toml", file=sys.stderr)
+        print(f"\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
+              f"spec.toml\n{RESUME}", file=sys.stderr)
     else:
         print(sanitize(f"\nDraft written: {output.path}\nNext: review it, then  "
-                       f"retcon-sandbox execute {output.path}"))
+                       f"retcon-sandbox execute {output.path}\n{RESUME}"))
     return EXIT_OK
+
+
+RESUME = ("The run saves each step in the spec: after a stop (a stuck commit, Ctrl-C, an "
+          "error), the same\ncommand resumes where it stopped.")
 
 
 def exact(paths: list[str], groups: list[Group]) -> None:
