@@ -438,6 +438,14 @@ def _completion(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(command="completion", build_parser=parser)
 
 
+def _man(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("man", help="print the man page (roff), generated from these parsers",
+                       description="Print the man page, generated from the command line's own "
+                       f"parsers. Read it with `{PROG} man | man -l -`, or install it: "
+                       f"`{PROG} man > ~/.local/share/man/man1/{PROG}.1`.")
+    p.set_defaults(command="man", build_parser=parser)
+
+
 def parser() -> _Parser:
     top = _Parser(prog=PROG, description="Reconstruct a messy branch into clean, logical "
                   "commits. Every build, test and LLM file tool runs in an offline Docker "
@@ -455,6 +463,7 @@ def parser() -> _Parser:
     _demo(sub)
     _images(sub)
     _completion(sub)
+    _man(sub)
     _simple(sub, "version", "print the version")
     _version_everywhere(top)
     _verbosity(top)
