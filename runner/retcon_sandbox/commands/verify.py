@@ -146,7 +146,8 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                       + verifier.cache.problem)
     seconds = time.monotonic() - started
     code = display.end(seconds)
-    unwritten = outputs.finish(plan.label, plan.rows, seconds, display.planned, plan.shard_line)
+    unwritten = outputs.finish(plan.label, plan.rows, seconds, display.planned, plan.shard_line,
+                               plan.repo.ls_tree)
     if unwritten:
         reporter.emit("warning", message=f"{unwritten}. The exit code is still the "
                       f"verification's own ({code}): the commits were verified, only the "
