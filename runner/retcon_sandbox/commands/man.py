@@ -40,6 +40,8 @@ ENVIRONMENT = (
     ("RETCON_SANDBOX_MODEL_DEADLINE", "no retry of a model request whose wait ends later than "
                                       "this many seconds after its first try"),
     ("RETCON_SANDBOX_NOTES_KEY", "the key that authenticates verify's cached results"),
+    ("RETCON_SANDBOX_HEARTBEAT", "seconds between progress lines of a long step off a terminal "
+                                 "(default 15)"),
     ("DOCKER_HOST", "the Docker engine (--engine), else the docker CLI's current context"),
     ("RETCON_SANDBOX_ENGINE_TIMEOUT", "seconds the Docker engine has to answer"),
     ("RETCON_SANDBOX_IMAGE_PREFIX", "where the sandbox images are tagged"),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
+from retcon_sandbox import progress
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import (
@@ -198,8 +199,9 @@ def make_agent(settings: ModelSettings | None, transcript: Path,
         if isinstance(reporter, JsonReporter):
             reporter.emit("warning", message=text)
     model = OpenAIChat(settings, notice)
-    model.preflight()
-    return Agent(model, Transcript(transcript), StepLimits())
+    with progress.phase(reporter, "model", what="model preflight"):
+        model.preflight()
+    return Agent(model, Transcript(transcript), StepLimits(), reporter)
 
 
 def looks_like_ollama(base_url: str | None) -> bool:
