@@ -5,13 +5,16 @@ terminal, a live line on one, the phases' timings in --json, and nothing of it u
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.report import CLEAR_LINE
-from tests.conftest import Demo, cli, cli_on_a_terminal, make_demo
+from tests.conftest import Demo, cli, cli_on_a_terminal, llm_env, make_demo
+from tests.fake_openai import FakeOpenAI
+from tests.scripts import reconstruction
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 FAST_BEAT = {"RETCON_SANDBOX_HEARTBEAT": "0.1"}
@@ -55,6 +58,28 @@ def test_verify_quiet_prints_the_failures_and_the_verdict_only(demo: Demo) -> No
     loud = cli("verify", "main..feature", "--spec", str(demo.spec), "--sandbox", "local",
                cwd=demo.path)
     assert len(loud.out.splitlines()) > len(result.out.splitlines()) + 10
+
+
+@pytest.mark.slow
+def test_execute_json_carries_each_phase_and_a_streaming_models_tokens(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    with FakeOpenAI(reconstruction(), streams=True, chunk_delay=0.02) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, "--json",
+                     env={**llm_env(model.base_url), **FAST_BEAT})
+    assert result.code == 0, result.out + result.err
+    events = [json.loads(line) for line in result.out.splitlines()]
+    ends = [e for e in events if e["event"] == "phase_end"]
+    for name in ("sandbox", "model", "build", "tests"):
+        timed = [e for e in ends if e["phase"] == name]
+        assert timed and all(isinstance(e["seconds"], float | int) and e["seconds"] >= 0
+                             for e in timed), name
+        assert {e["number"] for e in timed if "number" in e} == {1, 2, 3, 4}, name
+    assert any(e["phase"] == "model" and e.get("tokens", 0) > 0 for e in ends)
+    starts = [e for e in events if e["event"] == "phase_start"]
+    assert len(starts) == len(ends)
+    beats = [e for e in events if e["event"] == "heartbeat"]
+    assert any(b["phase"] == "model" and b.get("tokens") for b in beats), beats[:5]
+    assert all(isinstance(b["seconds"], float | int) and b["what"] for b in beats)
 
 
 @pytest.mark.slow

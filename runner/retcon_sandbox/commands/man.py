@@ -39,6 +39,8 @@ ENVIRONMENT = (
     ("RETCON_SANDBOX_MODEL_TIMEOUT", "seconds to wait for one model response (--model-timeout)"),
     ("RETCON_SANDBOX_MODEL_DEADLINE", "no retry of a model request whose wait ends later than "
                                       "this many seconds after its first try"),
+    ("RETCON_SANDBOX_MODEL_STREAM", "0: ask for each answer whole, not streamed (streamed "
+                                    "answers show their tokens in the progress lines)"),
     ("RETCON_SANDBOX_NOTES_KEY", "the key that authenticates verify's cached results"),
     ("RETCON_SANDBOX_HEARTBEAT", "seconds between progress lines of a long step off a terminal "
                                  "(default 15)"),

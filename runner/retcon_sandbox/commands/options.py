@@ -115,7 +115,9 @@ class ModelOptions:
                              timeout=timeout, deadline=deadline,
                              temperature=_first(self.temperature, table.temperature),
                              max_tokens=_first(self.max_tokens, table.max_tokens),
-                             seed=_first(self.seed, table.seed))
+                             seed=_first(self.seed, table.seed),
+                             stream=os.environ.get("RETCON_SANDBOX_MODEL_STREAM", "").strip()
+                             != "0")
 
 
 def _first(given: T | None, spec: T | None) -> T | None:
