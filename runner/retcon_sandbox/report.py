@@ -288,8 +288,8 @@ class HumanReporter:
             if verbosity() <= 0 or event in ("error", "model_retry"):  # said on stderr
                 return
             render = lambda d: _detail(event, d)  # noqa: E731
-        elif verbosity() < 0 and event not in QUIET_EVENTS:
-            return
+        elif (verbosity() < 0 and event not in QUIET_EVENTS) or data.get("stderr"):
+            return  # not wanted, or said on stderr already
         with self._lock:
             if event == "heartbeat" and data.get("live"):
                 self._live_line(data)

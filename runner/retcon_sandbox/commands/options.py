@@ -23,7 +23,7 @@ from retcon_sandbox.errors import (
     env_number,
 )
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import JsonReporter, Reporter, verbosity
+from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
 from retcon_sandbox.spec.history import Done, next_step
 from retcon_sandbox.spec.modeltable import (
@@ -198,8 +198,8 @@ def make_agent(settings: ModelSettings | None, transcript: Path,
                 "by version) silently truncates long prompts: start it with "
                 "OLLAMA_CONTEXT_LENGTH=32768 (or give the model a larger num_ctx in a Modelfile)")
         _warn(text)
-        if isinstance(reporter, JsonReporter):
-            reporter.emit("warning", message=text)
+        if reporter is not None:  # for --json; a person has just read it on stderr
+            reporter.emit("warning", message=text, stderr=True)
     model = OpenAIChat(settings, notice)
     with progress.phase(reporter, "model", what="model preflight"):
         model.preflight()
