@@ -11,6 +11,16 @@ the script. `refused_url()` is an endpoint where nothing listens.
 Instead of a script, `respond` may answer each request from its body (a model whose answer
 depends on what it is asked, not on the order of the requests: what a pipelined run needs to
 be compared with a serial one). `latency` delays every answer by that many seconds.
+
+`streams=True`: a request that asks to stream (`stream: true`) is answered with server-sent
+events, as OpenAI streams: the content and each tool call's arguments in pieces of a few
+characters, `chunk_delay` seconds apart, then the usage when `stream_options.include_usage`
+asks for it, then `[DONE]`. Otherwise the answer is one JSON body whatever the request asks
+(as a server that does not stream).
+
+`refuse` names request parameters the server refuses with OpenAI's own 400 (`Unsupported
+parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'
+instead.`), as its reasoning models refuse `max_tokens`.
 """
 
 from __future__ import annotations
@@ -78,7 +88,8 @@ class FakeOpenAI:
     def __init__(self, script: list[Step], preflight: Step = "OK",
                  models: tuple[str, ...] | None = None, tools: bool = True,
                  respond: Callable[[dict[str, Any]], Step] | None = None,
-                 latency: float = 0.0) -> None:
+                 latency: float = 0.0, refuse: tuple[str, ...] = (), streams: bool = False,
+                 chunk_delay: float = 0.0) -> None:
         """`tools=False`: a server without tool calling, which answers 400 to any request that
         offers tools (as Ollama does for such a model)."""
         self.script = list(script)
@@ -87,6 +98,10 @@ class FakeOpenAI:
         self.tools = tools
         self.preflight = preflight
         self.models = models
+        self.refuse = refuse
+        self.streams = streams
+        self.chunk_delay = chunk_delay
+        self.refused: list[str] = []  # the parameter each refused request sent
         self._closing = threading.Event()
         self.preflights = 0
         self.requests: list[dict[str, Any]] = []
@@ -132,6 +147,10 @@ class FakeOpenAI:
                                                   "exist or you do not have access to it.",
                                        "type": "invalid_request_error",
                                        "code": "model_not_found"}}
+            refused = next((name for name in self.refuse if name in body), None)
+            if refused is not None:
+                self.refused.append(refused)
+                return 400, _unsupported(refused)
             if body.get("tools") and not self.tools:
                 return 400, {"error": {"message": f"registry.ollama.ai/library/"
                                                   f"{body.get('model')} does not support tools",
@@ -196,6 +215,10 @@ class FakeOpenAI:
                     status, content_type = answer[0], "application/json"
                     data = json.dumps(answer[1]).encode()
                     headers = answer[2] if len(answer) == 3 else ()
+                if fake.streams and body.get("stream") and status == 200 \
+                        and isinstance(answer, tuple):
+                    self._stream(answer[1], body)
+                    return
                 self.send_response(status)
                 for name, value in headers:
                     self.send_header(name, value)
@@ -204,10 +227,58 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _stream(self, completion: dict[str, Any], body: dict[str, Any]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in chunks(completion, body):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                    if fake.chunk_delay:
+                        time.sleep(fake.chunk_delay)
+                self.wfile.write(b"data: [DONE]\n\n")
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         return Handler
+
+
+def chunks(completion: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A completion as OpenAI streams it: `chat.completion.chunk`s of a few characters."""
+    message = completion["choices"][0]["message"]
+    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": 0,
+            "model": completion["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    found = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    found += [chunk({"content": text[i:i + 3]}) for i in range(0, len(text), 3)]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        found.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                            "function": {"name": call["function"]["name"],
+                                                         "arguments": ""}}]}))
+        arguments = call["function"]["arguments"]
+        found += [chunk({"tool_calls": [{"index": index, "function": {
+            "arguments": arguments[i:i + 8]}}]}) for i in range(0, len(arguments), 8)]
+    found.append(chunk({}, completion["choices"][0]["finish_reason"]))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        found.append({**base, "choices": [], "usage": completion["usage"]})
+    return found
+
+
+INSTEAD = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
+
+
+def _unsupported(name: str) -> dict[str, Any]:
+    """OpenAI's refusal of a parameter, word for word."""
+    other = INSTEAD.get(name)
+    return {"error": {"message": f"Unsupported parameter: '{name}' is not supported with this "
+                                 "model." + (f" Use '{other}' instead." if other else ""),
+                      "type": "invalid_request_error", "param": name,
+                      "code": "unsupported_parameter"}}
 
 
 def _is_preflight(body: dict[str, Any]) -> bool:

@@ -58,3 +58,32 @@ def test_building_warns_of_nothing_ignored_or_deprecated(tmp_path: Path) -> None
     assert "would be ignored" not in output
     assert "is absent from the `packages` configuration" not in output
     assert "DeprecationWarning" not in output
+
+
+def _docker_ignores(pattern: str, path: str) -> bool:
+    """Docker's rule for the plain patterns .dockerignore uses here: a name matches that path
+    from the context's root, `**/` any number of folders before it."""
+    from fnmatch import fnmatchcase
+
+    parts = path.split("/")
+    if pattern.startswith("**/"):
+        return any(fnmatchcase(part, pattern[3:]) for part in parts)
+    return fnmatchcase(parts[0], pattern)
+
+
+def test_the_build_context_leaves_out_a_checkouts_environment_and_build_output() -> None:
+    """`docker compose build` sends the checkout as its context: not its .venv (hundreds of
+    megabytes), nor build/ and dist/; but the wheels the runner image may install from."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+
+    def ignored(path: str) -> bool:
+        return any(_docker_ignores(p, path) for p in patterns)
+
+    for path in (".venv/bin/python", "build/lib/retcon_sandbox/cli.py",
+                 "dist/retcon_sandbox-0.3.0.tar.gz", ".git/HEAD",
+                 "runner/retcon_sandbox/__pycache__/cli.cpython-311.pyc"):
+        assert ignored(path), path
+    for path in ("wheels/retcon_sandbox-0.3.0-py3-none-any.whl", "pyproject.toml",
+                 "images/runner/entrypoint.sh", "runner/retcon_sandbox/cli.py", "README.md"):
+        assert not ignored(path), path

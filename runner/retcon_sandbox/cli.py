@@ -35,6 +35,7 @@ from retcon_sandbox.text import sanitize, url_problem
 from retcon_sandbox.verify.shard import Shard, parse_shard
 
 PROG = "retcon-sandbox"
+IMAGE_NAMES = ("base", "node", "rust")  # backends.images.CATALOG's (tested), without importing it
 
 
 # --- argument types: refuse what cannot be meant, with argparse's own usage error -------------
@@ -405,7 +406,9 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
     images.required = True
     build = images.add_parser("build", help="build the images (bootstrapping a base offline "
                               "when no registry answers)")
-    build.add_argument("names", nargs="*", metavar="NAME", help="images to build (default: all)")
+    names = build.add_argument("names", nargs="*", metavar="NAME",
+                               help="images to build (default: all): " + ", ".join(IMAGE_NAMES))
+    names.completions = IMAGE_NAMES  # type: ignore[attr-defined]  # see commands/completion
     bootstrap = images.add_parser("bootstrap", help="make a Debian base with debootstrap and "
                                   "docker import")
     listing = images.add_parser("list", help="list the images and whether each is current")
@@ -416,7 +419,8 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
                        "them again when needed)")
     tag = images.add_parser("tag", help="print an image's current tag (for compose.yaml: "
                             "RETCON_SANDBOX_BASE_IMAGE)")
-    tag.add_argument("name", metavar="NAME", help="base, node or rust")
+    name = tag.add_argument("name", metavar="NAME", help="base, node or rust")
+    name.completions = IMAGE_NAMES  # type: ignore[attr-defined]
     for action in (build, bootstrap, listing, prune, tag):
         action.add_argument("--json", action="store_true",
                             help="one JSON event per image on stdout")
@@ -424,12 +428,22 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _completion(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)",
                        description="Print a completion script for SHELL. Load it from your "
                        f"shell's startup file: eval \"$({PROG} completion bash)\" in ~/.bashrc, "
-                       f"or eval \"$({PROG} completion zsh)\" after compinit in ~/.zshrc.")
-    p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh"), help="bash or zsh")
+                       f"eval \"$({PROG} completion zsh)\" after compinit in ~/.zshrc, or "
+                       f"{PROG} completion fish | source in ~/.config/fish/config.fish.")
+    p.add_argument("shell", metavar="SHELL", choices=("bash", "zsh", "fish"),
+                   help="bash, zsh or fish")
     p.set_defaults(command="completion", build_parser=parser)
+
+
+def _man(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("man", help="print the man page (roff), generated from these parsers",
+                       description="Print the man page, generated from the command line's own "
+                       f"parsers. Read it with `{PROG} man | man -l -`, or install it: "
+                       f"`{PROG} man > ~/.local/share/man/man1/{PROG}.1`.")
+    p.set_defaults(command="man", build_parser=parser)
 
 
 def parser() -> _Parser:
@@ -449,6 +463,7 @@ def parser() -> _Parser:
     _demo(sub)
     _images(sub)
     _completion(sub)
+    _man(sub)
     _simple(sub, "version", "print the version")
     _version_everywhere(top)
     _verbosity(top)

@@ -9,14 +9,18 @@ output, file names, subjects, summaries) may not be.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TextIO
 
+from retcon_sandbox import progress
 from retcon_sandbox.text import encodable, escape_undecodable, sanitize, sanitize_name
 
 
@@ -38,12 +42,14 @@ class JsonReporter:
     def __init__(self, out: TextIO | None = None, run_id: str | None = None) -> None:
         self.out = out or sys.stdout
         self.run_id = run_id or RUN_ID
+        self._lock = threading.Lock()
 
     def emit(self, event: str, **data: Any) -> None:
         record = {"event": event, "schema": SCHEMA, "time": round(time.time(), 3),
                   "run": self.run_id, **data}
-        self.out.write(json_text(record) + "\n")
-        self.out.flush()
+        with self._lock:  # the heartbeat's thread emits too
+            self.out.write(json_text(record) + "\n")
+            self.out.flush()
 
 
 def json_text(value: Any) -> str:
@@ -166,6 +172,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                              + (" (cached)" if d.get("cached") else f" ({d['seconds']:.1f} s)")
                              + (f"\n{_indent(d['tail'])}" if d.get("tail") else "")),
     "summary": lambda d: _summary(d),
+    "heartbeat": progress.line,
 }
 
 
@@ -265,9 +272,15 @@ def _detail(event: str, data: dict[str, Any]) -> str:
 
 
 class HumanReporter:
+    """Lines for a person. A `heartbeat` event marked `live` (on a terminal) is one line
+    rewritten in place, cleared before anything else is written; emitted from several threads
+    (the heartbeat's), so one at a time."""
+
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.run_id = RUN_ID
+        self._lock = threading.Lock()
+        self._live = False  # a live line is on the screen
 
     def emit(self, event: str, **data: Any) -> None:
         render = FORMATS.get(event)
@@ -275,10 +288,51 @@ class HumanReporter:
             if verbosity() <= 0 or event in ("error", "model_retry"):  # said on stderr
                 return
             render = lambda d: _detail(event, d)  # noqa: E731
-        elif verbosity() < 0 and event not in QUIET_EVENTS:
+        elif (verbosity() < 0 and event not in QUIET_EVENTS) or data.get("stderr"):
+            return  # not wanted, or said on stderr already
+        with self._lock:
+            if event == "heartbeat" and data.get("live"):
+                self._live_line(data)
+                return
+            if self._live:
+                self.out.write(CLEAR_LINE)
+                self._live = False
+            self.out.write(sanitize(render(data)) + "\n")
+            self.out.flush()
+
+    def _live_line(self, data: dict[str, Any]) -> None:
+        """The live line redrawn; an empty one (nothing runs) erases it, when it is there (a
+        prompt written since must stay)."""
+        text = sanitize(progress.line(data).strip()) if data.get("what") else ""
+        if not text and not self._live:
             return
-        self.out.write(sanitize(render(data)) + "\n")
+        width = shutil.get_terminal_size().columns - 1
+        self.out.write(CLEAR_LINE + (text if len(text) <= width else text[:width - 1] + "…"))
         self.out.flush()
+        self._live = bool(text)
+
+
+CLEAR_LINE = "\r\x1b[2K"  # to the line's start, and erase it
+
+
+def live_terminal(out: TextIO) -> bool:
+    """Whether a live line may be drawn on `out`: a terminal, not plain, not --quiet."""
+    return out.isatty() and not plain_terminal() and verbosity() >= 0
+
+
+@contextlib.contextmanager
+def watching(reporter: Reporter, out: TextIO | None, live: bool | None = None
+             ) -> Iterator[None]:
+    """The run's heartbeat (progress.heartbeat) on `reporter`: a live line when `out` (the
+    stream its human lines go to; None for --json) is a terminal, else a line per step every
+    RETCON_SANDBOX_HEARTBEAT seconds. Nothing under --quiet."""
+    if out is not None and verbosity() < 0:
+        yield
+        return
+    if live is None:
+        live = out is not None and live_terminal(out)
+    with progress.heartbeat(reporter, live=live):
+        yield
 
 
 def make_reporter(as_json: bool) -> Reporter:

@@ -168,3 +168,27 @@ def test_the_docker_sdk_is_imported_only_when_an_engine_is_used() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert out.splitlines() == ["[]", "['docker', 'requests']"]
+
+
+@pytest.mark.parametrize("source", ["DOCKER_HOST", "--engine"])
+def test_a_dead_remote_engine_is_named_as_remote_not_a_daemon_to_start(source: str) -> None:
+    """An engine on another machine: `sudo systemctl start docker` here would not help."""
+    host = "tcp://engine.invalid:2376"
+    endpoint = engines.select({"DOCKER_HOST": host}, None) if source == "DOCKER_HOST" else \
+        engines.select({}, host)
+    with pytest.raises(SandboxError) as caught:
+        DockerEngine(endpoint)
+    where = f"DOCKER_HOST={host}" if source == "DOCKER_HOST" else f"--engine {host}"
+    assert caught.value.message.startswith(f"the remote Docker engine at {where} cannot be "
+                                           "reached: ")
+    hint = caught.value.hint
+    assert "runs on another machine (engine.invalid)" in hint and "systemctl" not in hint
+    assert f"`docker -H {host} info` must work" in hint and f"another {source}" in hint
+
+
+@pytest.mark.parametrize("host", ["tcp://127.0.0.1:1", "tcp://localhost:1", "tcp://[::1]:1"])
+def test_a_dead_local_engine_still_says_to_start_it(host: str) -> None:
+    with pytest.raises(SandboxError) as caught:
+        DockerEngine(engines.select({}, host))
+    assert "no Docker engine answers at --engine" in caught.value.message
+    assert "Start the engine" in caught.value.hint

@@ -24,6 +24,9 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "model_retry", "squash_verify", "verify_start", "verify_summary",
               # test_final: the finished tree, once per run
               "final_verify", "final_tree", "verify_phases",
+              # a step's timing and heartbeat: a commit's number when it is one commit's
+              # (the setup, the base check, the final tree and the squash check are not)
+              "phase_start", "phase_end", "heartbeat",
               # verify's pool: a used sandbox serves several trees, or is replaced
               "sandbox_not_reused",
               # a prepared environment serves every commit (and tree) with the same inputs

@@ -279,3 +279,23 @@ def test_names_that_are_not_utf8_or_hold_bidi_controls_print_a_valid_spec(tmp_pa
                                                                     "bidi\u202egnp.txt"]
     on_terminal = cli_on_a_terminal("plan", "--source", "feature", cwd=tmp_path / "r")
     assert on_terminal.code == 0 and "\u202e" not in on_terminal.out
+
+
+def test_an_existing_cleaned_branch_is_named_with_what_execute_will_do(demo: Demo) -> None:
+    """A new spec has no run that created the branch: execute refuses it unless
+    --adopt-branch, and plan's warning says so (not that execute continues it)."""
+    demo.git("branch", "feature-clean", "main")
+    result = cli("plan", "--source", "feature", "-o", "draft.toml", cwd=demo.path)
+    assert result.code == 0, result.err
+    warning = " ".join(result.out.split())
+    assert "execute will continue it" not in warning
+    assert "the branch 'feature-clean' exists, and `execute` works only on a cleaned branch " \
+        "that the spec's own runs created" in warning
+    assert "git branch -D feature-clean" in warning and "--adopt-branch" in warning
+    assert "Next: review it, then  retcon-sandbox execute draft.toml\nThe run saves each " \
+        "step in the spec: after a stop" in result.out
+    assert "the same\ncommand resumes where it stopped." in result.out
+    refused = cli("execute", str(demo.path / "draft.toml"), "--sandbox", "local",
+                  "--non-interactive", cwd=demo.path)
+    assert refused.code == 1 and "no run of draft.toml created it" in refused.err
+    assert "--adopt-branch" in refused.err

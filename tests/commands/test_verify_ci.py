@@ -13,10 +13,12 @@ import pytest
 
 from retcon_sandbox.verify.cache import Outcome, Stage
 from retcon_sandbox.verify.ci import (
+    Location,
     escape_data,
     escape_property,
     github_annotations,
     junit,
+    locate,
     xml_text,
 )
 from retcon_sandbox.verify.table import Row
@@ -74,6 +76,84 @@ def test_an_annotation_is_one_line_whatever_the_output_holds() -> None:
     title, message = re.fullmatch(r"::error title=([^:]*)::(.*)", line).groups()  # type: ignore[union-attr]
     assert title == "#2 2222222 a%3Ab%2Cc%3A Build FAIL (exit 1)"
     assert message == "x%0A::add-mask::s\\r%0A\\e[2J%250A"
+
+
+TREE = {"shop/cart.py", "shop/discounts.py", "tests/test_discounts.py", "src/main.rs",
+        "test/cart.test.js", "a,b:c%.py", "odd\x1bname.py"}
+PYTEST = """\
+    def test_summer_code():
+>       assert discounted_total(cart, "SUMMER25") == 75
+
+tests/test_discounts.py:12:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+
+>       return total * (100 - CODES[code]) / 100
+E       KeyError: 'SUMMER25'
+
+shop/discounts.py:13: KeyError
+FAILED tests/test_discounts.py::test_summer_code - KeyError: 'SUMMER25'
+"""
+CARGO = """\
+error[E0308]: mismatched types
+ --> src/main.rs:3:5
+  |
+3 |     "x"
+"""
+NODE = """\
+TypeError: cart.total is not a function
+    at total (/workspace/node_modules/lib/index.js:10:3)
+    at Object.<anonymous> (/workspace/test/cart.test.js:5:11)
+    at Module._compile (node:internal/modules/cjs/loader:1105:14)
+"""
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    (PYTEST, Location("tests/test_discounts.py", 12)),
+    (PYTEST.replace("tests/test_discounts.py:12:", ""), Location("shop/discounts.py", 13)),
+    ('  File "shop/cart.py", line 10\n    def add(self)\nSyntaxError: expected \':\'',
+     Location("shop/cart.py", 10)),
+    ('  File "/workspace/shop/cart.py", line 7, in add', Location("shop/cart.py", 7)),
+    (CARGO, Location("src/main.rs", 3, 5)),
+    (NODE, Location("test/cart.test.js", 5, 11)),  # node_modules/ is not in the tree
+    ("./shop/cart.py:4:1: E302 expected 2 blank lines", Location("shop/cart.py", 4, 1)),
+    ("a,b:c%.py:2: oops", Location("a,b:c%.py", 2)),
+])
+def test_a_failure_is_located_at_the_first_file_of_the_tree_it_names(
+        output: str, expected: Location) -> None:
+    assert locate(output, TREE) == expected
+
+
+@pytest.mark.parametrize("output", [
+    "/etc/passwd:1: root",  # absolute, outside the sandbox's workspace
+    '  File "/usr/lib/python3.11/json/decoder.py", line 355, in raw_decode',
+    "../shop/cart.py:3: climbs out",
+    "/workspace/../etc/shadow:1: x",
+    "shop/../../etc/passwd:1: x",
+    "shop/missing.py:3: not in the tree",
+    "shop/cart.py:0: no line 0",
+    "odd\x1bname.py:3: a name that does not print as itself",
+    "FAILED tests/test_discounts.py::test_summer_code - no line",
+])
+def test_nothing_outside_the_tree_is_located(output: str) -> None:
+    assert locate(output, TREE) is None
+
+
+def test_an_annotation_points_at_the_file_with_its_name_escaped() -> None:
+    row = failing(3, "tail")
+    assert row.outcome is not None
+    located = Row(3, row.sha, "1" * 40, "wip", outcome=Outcome(
+        row.outcome.stages, "Build FAIL (exit 1)\na,b:c%.py:2:7: boom", "tail", 600.0))
+    asked: list[str] = []
+
+    def files(tree: str) -> set[str]:
+        asked.append(tree)
+        return TREE
+
+    (line,) = github_annotations([passing(1), located], files)
+    assert line.startswith("::error file=a%2Cb%3Ac%25.py,line=2,col=7,title=#3 ")
+    assert asked == ["1" * 40]  # the failing commit's own tree, and only its
+    (plain,) = github_annotations([failing(2, "shop/cart.py:3: x")], files)
+    assert plain.startswith("::error title=#2 ")  # its failure text names no file
 
 
 def test_junit_xml_parses_back_and_escapes_what_xml_cannot_hold() -> None:
@@ -136,6 +216,19 @@ def test_github_format_annotates_failures_and_reads_no_command_from_the_output(
     assert len(after) == 1 and after[0].startswith("::error title=#11 ")
     assert "::add-mask::secret%0A::error title=fake::forged" in after[0]
     assert "\x1b" not in after[0]
+
+
+@pytest.mark.slow
+def test_github_annotations_point_at_the_failing_file_and_line(demo: Demo) -> None:
+    """The demo's branch: a commit whose build fails on a syntax error, one whose test fails
+    with a KeyError; each annotation names the file and line its output points at."""
+    result = cli("verify", "main..feature", "--spec", str(demo.spec), "--format", "github",
+                 *LOCAL, cwd=demo.path)
+    assert result.code == 3, result.out + result.err
+    errors = [line for line in result.out.splitlines() if line.startswith("::error ")]
+    assert len(errors) == 2, result.out
+    assert errors[0].startswith("::error file=shop/cart.py,line=10,title=#3 ")
+    assert errors[1].startswith("::error file=tests/test_discounts.py,line=")
 
 
 def test_github_format_with_nothing_failing_prints_no_annotation(demo: Demo) -> None:

@@ -107,3 +107,19 @@ def test_each_readme_install_line_works_as_written(line: str, tmp_path: Path) ->
     assert version.stdout.strip() == f"retcon-sandbox {__version__}"
     prompt = run("retcon-sandbox", "prompt", cwd=tmp_path, env=env)  # package data is there
     assert "history spec" in prompt.stdout
+    tool = line.split()[0]
+    module = run("sh", "-c", f"{TOOL_PYTHON[tool]} -m retcon_sandbox --version", cwd=tmp_path,
+                 env=env)
+    assert module.stdout.strip() == f"retcon-sandbox {__version__}"
+    if tool != "pip":  # an isolated install: another interpreter (the empty venv's) lacks it
+        alone = subprocess.run([venv / "bin" / "python", "-m", "retcon_sandbox", "--version"],
+                               cwd=tmp_path, env={**os.environ, **env}, capture_output=True,
+                               text=True)
+        assert alone.returncode != 0 and "No module named retcon_sandbox" in alone.stderr
+
+
+# `python -m retcon_sandbox` after each install line: pipx and uv install into an environment
+# of their own, whose interpreter is the one that has the package (what the docs say to run).
+TOOL_PYTHON = {"pip": "python",
+               "pipx": '"$(pipx environment --value PIPX_LOCAL_VENVS)/retcon-sandbox/bin/python"',
+               "uv": '"$(uv tool dir)/retcon-sandbox/bin/python"'}

@@ -92,7 +92,10 @@ def test_an_unusable_model_is_an_error_before_anything_is_written(
     assert error["event"] == "error" and error["kind"] == "model" and error["exit_code"] == 1
     assert url in error["message"] and "fake-model" in error["message"] and error["hint"]
     assert {"time", "run"} <= set(error)
-    kinds = [e["event"] for e in events(result.out)]
+    timed = [e for e in events(result.out) if e["event"] in ("phase_start", "phase_end")]
+    assert [(e["event"], e["phase"]) for e in timed] == [("phase_start", "model"),
+                                                         ("phase_end", "model")]  # the preflight
+    kinds = [e["event"] for e in events(result.out) if e not in timed]
     retried = name in ("refused", "timeout", "proxy error page")
     assert kinds == ["model_retry"] * retried + ["error"]  # stopped before `spec`
     untouched(demo, before)

@@ -9,7 +9,7 @@ import pytest
 from retcon_sandbox.errors import ModelError
 from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, redact_key
 from tests.conftest import Demo, cli, make_demo
-from tests.fake_openai import FakeOpenAI, call
+from tests.fake_openai import FakeOpenAI, Fault, call
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 SECRET = "sk-secret-abc"
@@ -78,3 +78,19 @@ def test_the_adapter_turns_a_timeout_the_clock_cannot_hold_into_a_model_error() 
     with FakeOpenAI([]) as model, pytest.raises(ModelError, match="OverflowError"):
         OpenAIChat(ModelSettings("m", model.base_url, "key", attempts=1, timeout=1e300)
                    ).preflight()
+
+
+@pytest.mark.parametrize("key", ["k", "ke", "ey", "e", "PI"])
+def test_a_short_key_is_hidden_only_where_it_stands_alone(key: str) -> None:
+    """A key shorter than the words around it does not turn "API key" into `API ***ey`."""
+    text = "the model endpoint refused the API key (HTTP 401)"
+    assert redact_key(text, key) == text
+    assert redact_key(f"sent {key} as the key", key) == "sent *** as the key"
+
+
+def test_a_short_key_in_the_message_of_a_refused_key_leaves_its_words_whole() -> None:
+    refused = Fault(401, "Incorrect API key provided: k")
+    with FakeOpenAI([], preflight=refused) as model, pytest.raises(ModelError) as raised:
+        OpenAIChat(ModelSettings("m", model.base_url, "k", attempts=1)).preflight()
+    assert "refused the API key (HTTP 401" in raised.value.message
+    assert "***ey" not in raised.value.message

@@ -5,6 +5,7 @@ backoff, with jitter), and the overall deadline; and what the preflight checks: 
 from __future__ import annotations
 
 import email.utils
+import json
 import re
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from retcon_sandbox.errors import ModelError
 from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, retry_after
 from tests.conftest import cli, llm_env, make_demo
-from tests.fake_openai import FakeOpenAI, Fault
+from tests.fake_openai import FakeOpenAI, Fault, Step
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
 HI = [{"role": "user", "content": "hi"}]
@@ -63,8 +64,22 @@ def test_no_retry_ends_past_the_deadline() -> None:
             chat(model.base_url, notices, deadline=600).complete(HI, [])
         assert model.remaining == 1
     assert notices == []
-    assert "a retry would end past the 600 s deadline (RETCON_SANDBOX_MODEL_DEADLINE)" in \
-        raised.value.message
+    assert raised.value.message.startswith("the model endpoint failed: HTTP 429: ")
+    assert raised.value.message.endswith(
+        "). It was not tried again: the wait before another try would end more than 600 s "
+        "after the first one (the deadline, RETCON_SANDBOX_MODEL_DEADLINE)")
+
+
+def test_a_deadline_after_several_attempts_reads_as_a_sentence() -> None:
+    notices: list[str] = []
+    script: list[Step] = [Fault(503), Fault(429, headers=(("Retry-After", "3600"),)), "never"]
+    with FakeOpenAI(script) as model, pytest.raises(ModelError) as raised:
+        chat(model.base_url, notices, deadline=10).complete(HI, [])
+    message = raised.value.message
+    assert message.startswith("the model endpoint failed after 2 attempts: HTTP 429: ")
+    assert "failed a retry" not in message and ";" not in message
+    assert message.endswith("more than 10 s after the first one (the deadline, "
+                            "RETCON_SANDBOX_MODEL_DEADLINE)")
 
 
 def headers(**values: str) -> SimpleNamespace:
@@ -105,8 +120,14 @@ def test_an_ollama_endpoint_gets_a_warning_about_its_context(tmp_path: Path) -> 
     with FakeOpenAI([]) as model:
         url = model.base_url.replace("/v1", "/api/v1")
         result = cli("execute", str(demo.spec), *LOCAL, env=llm_env(url))
+        again = make_demo(tmp_path / "again", with_paths=True)
+        as_json = cli("execute", str(again.spec), *LOCAL, "--json", env=llm_env(url))
         plain = cli("status", str(demo.spec), env=llm_env(model.base_url))
     assert result.code == 0, result.out + result.err
-    assert result.out.count("looks like Ollama") == 1
-    assert "OLLAMA_CONTEXT_LENGTH" in result.out and "num_ctx" in result.out
+    assert result.err.count("looks like Ollama") == 1 and "Ollama" not in result.out
+    assert "OLLAMA_CONTEXT_LENGTH" in result.err and "num_ctx" in result.err
+    assert as_json.code == 0, as_json.out + as_json.err
+    assert as_json.err.count("looks like Ollama") == 1
+    warnings = [json.loads(line) for line in as_json.out.splitlines() if '"warning"' in line]
+    assert any("looks like Ollama" in w["message"] for w in warnings)
     assert "Ollama" not in plain.out + plain.err

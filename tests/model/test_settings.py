@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from retcon_sandbox.errors import ModelError
+from retcon_sandbox.model.llm import ModelSettings, OpenAIChat
 from tests.conftest import Demo, cli, make_demo
-from tests.fake_openai import FakeOpenAI
+from tests.fake_openai import FakeOpenAI, Fault
 from tests.scripts import reconstruction
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
@@ -76,3 +78,65 @@ def test_model_options_are_checked(tmp_path: Path, option: str, value: str) -> N
     result = cli("execute", str(demo.spec), *LOCAL, option, value)
     assert result.code == 2, result.out + result.err
     assert f"argument {option}:" in result.err
+
+
+# --- the reply-length parameter's name --------------------------------------------------------
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def token_chat(url: str, **settings: object) -> OpenAIChat:
+    return OpenAIChat(ModelSettings("fake-model", url, "key", attempts=2, max_wait=0.01,
+                                    max_tokens=500, **settings))  # type: ignore[arg-type]
+
+
+def test_a_refused_max_tokens_is_sent_again_as_max_completion_tokens_for_the_run() -> None:
+    """OpenAI's reasoning models refuse `max_tokens`: the same request goes again with the
+    other name, once, and every later request uses it from the start."""
+    with FakeOpenAI(["first", "second"], refuse=("max_tokens",)) as model:
+        chat = token_chat(model.base_url)
+        chat.preflight()
+        assert chat.complete(HI, []).content == "first"
+        assert chat.complete(HI, []).content == "second"
+        sent = model.requests
+    assert model.refused == ["max_tokens"]  # learned at the preflight, never refused again
+    assert [b.get("max_completion_tokens") for b in sent] == [500, 500]
+    assert not any("max_tokens" in b for b in sent)
+
+
+def test_a_server_that_refuses_the_new_name_gets_max_tokens() -> None:
+    with FakeOpenAI(["hello"], refuse=("max_completion_tokens",)) as model:
+        chat = token_chat(model.base_url, tokens_name="max_completion_tokens")
+        assert chat.complete(HI, []).content == "hello"
+        sent = model.requests
+    assert model.refused == ["max_completion_tokens"]
+    assert [b.get("max_tokens") for b in sent] == [500]
+
+
+def test_a_server_that_refuses_both_names_is_an_error_after_one_more_try() -> None:
+    with FakeOpenAI(["never"], refuse=("max_tokens", "max_completion_tokens")) as model:
+        with pytest.raises(ModelError, match="Unsupported parameter: 'max_completion_tokens'"):
+            token_chat(model.base_url).complete(HI, [])
+        assert model.refused == ["max_tokens", "max_completion_tokens"]
+        assert model.remaining == 1
+
+
+def test_another_bad_request_is_not_sent_again() -> None:
+    with FakeOpenAI([Fault(400, "Unsupported value: 'temperature' does not support 0.2"),
+                     "never"]) as model:
+        with pytest.raises(ModelError, match="HTTP 400"):
+            token_chat(model.base_url).complete(HI, [])
+        assert model.remaining == 1 and model.refused == []
+
+
+@pytest.mark.slow
+def test_max_tokens_on_a_reasoning_model_goes_through(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    with FakeOpenAI(reconstruction(), refuse=("max_tokens",)) as model:
+        env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "k",
+               "RETCON_SANDBOX_MODEL": "fake-model"}
+        result = cli("execute", str(demo.spec), *LOCAL, "--max-tokens", "4000", env=env)
+        sent = model.requests
+    assert result.code == 0, result.out + result.err
+    assert model.refused == ["max_tokens"]
+    assert sent and all(b.get("max_completion_tokens") == 4000 for b in sent)

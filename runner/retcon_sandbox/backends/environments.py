@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retcon_sandbox import threads
+from retcon_sandbox import progress, threads
 from retcon_sandbox.archive import TarStream, spooled
 from retcon_sandbox.backends import images, manifests
 from retcon_sandbox.backends.api import Backend, Sandbox, ToolFailure
@@ -564,6 +564,7 @@ class Environments:
                          commands=len(commands), ca=str(ca[0]) if ca else None,
                          reason=self._why(docker.engine, record, again), cache=cache)
         with contextlib.ExitStack() as measured:
+            measured.enter_context(progress.phase(self.report, "setup"))
             if cache is not None:  # measured after a setup that failed too: it may be full
                 docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
                 measured.callback(self._keep_cache_within_disk, docker, cache)
@@ -683,9 +684,15 @@ class Environments:
 
     def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:
         self.report.emit("setup_command", command=command)
-        lines = _LineSplitter(lambda line: self.report.emit("setup_output", line=line))
-        result = box.run(command, self.settings.timeout, lines.feed)
-        lines.flush()
+        shown = command if len(command) <= 60 else command[:59] + "…"
+        with progress.phase(None, "setup", what=f"setup `{shown}`") as step:
+            def said(line: str) -> None:
+                step.touch()
+                self.report.emit("setup_output", line=line)
+
+            lines = _LineSplitter(said)
+            result = box.run(command, self.settings.timeout, lines.feed)
+            lines.flush()
         if result.passed:
             return
         tail = "\n".join(result.output.rstrip().splitlines()[-OUTPUT_TAIL:])

@@ -23,14 +23,14 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any
 
-from retcon_sandbox import threads
+from retcon_sandbox import progress
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import ImageError, log_dir
 from retcon_sandbox.resources import dockerfiles
@@ -55,40 +55,38 @@ HEARTBEAT_S = 10.0
 _beating = threading.local()
 
 
+class _Lines:
+    """A reporter that says each heartbeat as a progress line."""
+
+    def __init__(self, say: Progress) -> None:
+        self._say = say
+
+    def emit(self, event: str, **data: Any) -> None:
+        if event == "heartbeat" and not data.get("live"):
+            self._say(progress.line(data))
+
+
 @contextlib.contextmanager
-def heartbeat(progress: Progress, what: str, every: float = HEARTBEAT_S) -> Iterator[Progress]:
-    """`progress`, plus a line saying how long `what` has taken whenever `every` seconds pass
-    without one (a build step that prints nothing for a minute is not a hang). Nested
+def heartbeat(say: Progress, what: str, every: float = HEARTBEAT_S) -> Iterator[Progress]:
+    """`say`, plus a line saying how long `what` has taken whenever `every` seconds pass
+    without one (a build step that prints nothing for a minute is not a hang): the run's own
+    heartbeat (progress.heartbeat) when one is watching, else one of its own. Nested
     heartbeats (a parent image built on the way) leave it to the outermost."""
     if getattr(_beating, "on", False):
-        yield progress
+        yield say
         return
-    started = time.monotonic()
-    last = [started]
-    lock = threading.Lock()
-    done = threading.Event()
-
-    def say(line: str) -> None:
-        with lock:
-            last[0] = time.monotonic()
-            progress(line)
-
-    def beat() -> None:
-        while not done.wait(every / 4):
-            with lock:
-                now = time.monotonic()
-                if now - last[0] >= every:
-                    last[0] = now
-                    progress(f"  ... {what}: {now - started:.0f} s elapsed")
 
     _beating.on = True
-    thread = threads.start(beat, "retcon-heartbeat")
     try:
-        yield say
+        with progress.heartbeat(_Lines(say), every=every), \
+                progress.phase(None, "image", what=what) as activity:
+            def said(line: str) -> None:
+                activity.touch()
+                say(line)
+
+            yield said
     finally:
         _beating.on = False
-        done.set()
-        thread.join()
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
-"""`retcon-sandbox completion bash|zsh`: a shell completion script, generated from the argparse
+"""`retcon-sandbox completion bash|zsh|fish`: a shell completion script, generated from the argparse
 parsers themselves (so it cannot drift from them), with no dependency.
 
 It completes commands and subcommands, each command's options, and the choices of an option
 that has them (--sandbox, --setup-network, --skip, the shell here); anything else (a SPEC, a
 directory, a command line) falls back to the shell's own file-name completion. zsh runs the
-same function through its bash compatibility layer (bashcompinit).
+same function through its bash compatibility layer (bashcompinit); fish gets the same walk as
+a fish function.
+
+An action may carry `completions`, the words its value takes when they cannot be argparse
+`choices` (the image names after `images build`: `nargs="*"` with choices refuses no names).
 """
 
 from __future__ import annotations
@@ -53,8 +57,8 @@ def nodes(parser: argparse.ArgumentParser, path: str = "") -> Iterator[Node]:
                 if action.choices is not None:
                     words = tuple(str(c) for c in action.choices)
                     choices += [(option, words) for option in action.option_strings]
-        elif action.choices is not None:
-            positional += [str(c) for c in action.choices]
+        else:
+            positional += [str(c) for c in getattr(action, "completions", action.choices) or ()]
     yield Node(path, tuple(commands), tuple(positional), tuple(options), tuple(valued),
                tuple(choices))
     for name, child in children:
@@ -124,7 +128,81 @@ def zsh(parser: argparse.ArgumentParser, program: str) -> str:
             + bash(parser, program).split("\n", 1)[1])
 
 
-SHELLS: dict[str, Callable[[argparse.ArgumentParser, str], str]] = {"bash": bash, "zsh": zsh}
+def _fish_cases(tree: list[Node]) -> tuple[list[str], list[str], list[str]]:
+    """The `case` lines of fish's walk over the words, of an option's values, and of each
+    command's words."""
+    walk: list[str] = []
+    values: list[str] = []
+    words: list[str] = []
+    for node in tree:
+        for name in node.commands:
+            child = f"{node.path} {name}".strip()
+            walk += [f"            case '{node.path}:{_word(name)}'",
+                     f"                set node '{child}'"]
+        if node.valued:
+            keys = " ".join(f"'{node.path}:{_word(o)}'" for o in node.valued)
+            walk += [f"            case {keys}", "                set value 1"]
+        for option, choice in node.choices:
+            values += [f"        case '{node.path}:{option}'",
+                       f"            printf '%s\\n' {' '.join(map(_word, choice))}"]
+        offered = [*node.commands, *node.positional, *node.options]
+        files = "0" if node.commands or node.positional else "1"
+        words += [f"        case '{node.path}'",
+                  f"            set words {' '.join(map(_word, offered))}",
+                  f"            set files {files}"]
+    return walk, values, words
+
+
+def fish(parser: argparse.ArgumentParser, program: str) -> str:
+    """The same walk as bash's, as a fish function that prints the candidates: a command's
+    value or positional with no fixed words falls back to file names, as in bash."""
+    walk, values, words = _fish_cases(list(nodes(parser)))
+    lines = [
+        f"# {program} completion for fish: {program} completion fish | source",
+        f"function {FUNCTION}",
+        "    set -l tokens (commandline -opc)",
+        "    set -l cur (commandline -ct)",
+        '    set -l node ""',
+        "    set -l value 0",
+        "    for w in $tokens[2..-1]",
+        "        if test $value = 1",
+        "            set value 0",
+        "            continue",
+        "        end",
+        '        switch "$node:$w"',
+        *walk,
+        "        end",
+        "    end",
+        "    if test $value = 1  # the value of the last option",
+        '        switch "$node:$tokens[-1]"',
+        *values,
+        "        case '*'",
+        '            __fish_complete_path "$cur"',
+        "        end",
+        "        return",
+        "    end",
+        "    set -l words",
+        "    set -l files 0",
+        '    switch "$node"',
+        *words,
+        "    end",
+        "    for x in $words",
+        "        if string match -q -- '-*' \"$cur\"; or not string match -q -- '-*' \"$x\"",
+        "            printf '%s\\n' $x  # options only after a dash",
+        "        end",
+        "    end",
+        '    if test $files = 1; and not string match -q -- \'-*\' "$cur"',
+        '        __fish_complete_path "$cur"',
+        "    end",
+        "end",
+        f"complete -c {_word(program)} -e",
+        f"complete -c {_word(program)} -f -a '({FUNCTION})'",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+SHELLS: dict[str, Callable[[argparse.ArgumentParser, str], str]] = {"bash": bash, "zsh": zsh,
+                                                                    "fish": fish}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import Reporter, make_reporter
+from retcon_sandbox.report import Reporter, make_reporter, watching
 from retcon_sandbox.spec.file import CommitSpec, Spec, SpecFile
 from retcon_sandbox.spec.history import PROVENANCE_PREFIX, Blocked, Done, next_step
 from retcon_sandbox.spec.settings import SandboxSettings
@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(options: ExecuteOptions) -> int:
     reporter: Reporter = make_reporter(options.json)
+    with watching(reporter, None if options.json else sys.stdout):
+        return _execute(options, reporter)
+
+
+def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
     check_base_url(options.base_url)
     if options.summary is not None:
         outfile.summary(options.summary, "execute").check()

@@ -9,12 +9,14 @@ import sys
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import EXIT_OK, UsageError
-from retcon_sandbox.report import JsonReporter
+from retcon_sandbox.report import JsonReporter, verbosity
 from retcon_sandbox.text import sanitize
 
 
 def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    """Progress on stderr; --quiet keeps only the outcome (and errors)."""
+    if verbosity() >= 0:
+        sys.stderr.write(line + "\n")
 
 
 def _known(names: list[str]) -> None:
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 reporter.emit("image_built", name=name, tag=tag)
             else:
                 print(f"Built {tag}")
-        if not reporter and (not args.names or "base" in args.names):
+        if not reporter and (not args.names or "base" in args.names) and verbosity() >= 0:
             print("  compose.yaml builds on it with: export RETCON_SANDBOX_BASE_IMAGE="
                   + images.CATALOG["base"].tag)
     elif args.action == "bootstrap":

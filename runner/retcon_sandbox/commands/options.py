@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
+from retcon_sandbox import progress
 from retcon_sandbox.backends.api import Backend
 from retcon_sandbox.backends.hostaccess import HostAccess
 from retcon_sandbox.errors import (
@@ -114,7 +115,9 @@ class ModelOptions:
                              timeout=timeout, deadline=deadline,
                              temperature=_first(self.temperature, table.temperature),
                              max_tokens=_first(self.max_tokens, table.max_tokens),
-                             seed=_first(self.seed, table.seed))
+                             seed=_first(self.seed, table.seed),
+                             stream=os.environ.get("RETCON_SANDBOX_MODEL_STREAM", "").strip()
+                             != "0")
 
 
 def _first(given: T | None, spec: T | None) -> T | None:
@@ -190,17 +193,17 @@ def make_agent(settings: ModelSettings | None, transcript: Path,
         if reporter is not None:
             reporter.emit("model_retry", message=text)
 
-    if looks_like_ollama(settings.base_url):
+    if looks_like_ollama(settings.base_url):  # on stderr, as the model's other notices
         text = ("this endpoint looks like Ollama, whose default context (2048 to 4096 tokens, "
                 "by version) silently truncates long prompts: start it with "
                 "OLLAMA_CONTEXT_LENGTH=32768 (or give the model a larger num_ctx in a Modelfile)")
-        if reporter is not None:
-            reporter.emit("warning", message=text)
-        else:
-            _warn(text)
+        _warn(text)
+        if reporter is not None:  # for --json; a person has just read it on stderr
+            reporter.emit("warning", message=text, stderr=True)
     model = OpenAIChat(settings, notice)
-    model.preflight()
-    return Agent(model, Transcript(transcript), StepLimits())
+    with progress.phase(reporter, "model", what="model preflight"):
+        model.preflight()
+    return Agent(model, Transcript(transcript), StepLimits(), reporter)
 
 
 def looks_like_ollama(base_url: str | None) -> bool:

@@ -36,7 +36,7 @@ from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
 from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
-from retcon_sandbox.report import HumanReporter, Reporter, make_reporter
+from retcon_sandbox.report import HumanReporter, Reporter, make_reporter, verbosity, watching
 from retcon_sandbox.spec.file import Spec, SpecFile
 from retcon_sandbox.spec.settings import DEFAULTS
 from retcon_sandbox.spec.statedir import StateDir
@@ -62,11 +62,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--check SPEC takes the branches from the spec and writes nothing",
                          "Give --check alone (with --repo, --json), or plan without it.")
     # without -o the spec goes to stdout: the human lines go to stderr
-    reporter = make_reporter(True) if args.json else \
-        HumanReporter(sys.stdout if args.output or args.check else sys.stderr)
+    out = sys.stdout if args.output or args.check else sys.stderr
+    reporter = make_reporter(True) if args.json else HumanReporter(out)
     if args.check:
         return check_spec(args, reporter)
-    return make_plan(args, reporter)
+    with watching(reporter, None if args.json else out):
+        return make_plan(args, reporter)
 
 
 # --- which branches ------------------------------------------------------------------------
@@ -185,7 +186,8 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
     b = target.branches
     reporter.emit("plan_start", source=b.source, remote=b.remote, cleaned=b.cleaned,
                   base=target.base, files=len(facts.changes), messy_commits=len(facts.commits))
-    if not args.json:
+    talk = not args.json and verbosity() >= 0  # --quiet: the spec, warnings and the outcome
+    if talk:
         print(sanitize(f"Planning {b.source} onto {b.remote} (merge-base {target.base[:7]}): "
                        f"{len(facts.changes)} changed file(s) in {len(facts.commits)} messy "
                        "commit(s)"), file=out)
@@ -195,9 +197,12 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
         groups, repairs = refine(args, target, facts, groups, reporter, out)
         how = (f"proposed by the model {model.model}, checked in code" if repairs.refused is None
                else f"deterministic (the model's proposal was refused: {repairs.refused})")
-    if repo.branch_sha(b.cleaned):
-        reporter.emit("warning", message=f"the branch {b.cleaned!r} exists: execute will "
-                      "continue it; give --cleaned NAME for a new one")
+    if repo.branch_sha(b.cleaned):  # a new spec has no run that made it: execute refuses it
+        reporter.emit("warning", message=f"the branch {b.cleaned!r} exists, and `execute` "
+                      "works only on a cleaned branch that the spec's own runs created: give "
+                      f"--cleaned NAME for a new one, delete it (git branch -D {b.cleaned}) if "
+                      "it is an old result, or run `execute --adopt-branch` to add the commits "
+                      "on top of it")
     header = (f"Draft history spec for {b.source}, made by `retcon-sandbox plan` from "
               f"{len(facts.commits)} messy commit(s)\n({how}).\n"
               "A draft: review the grouping, order and messages before `retcon-sandbox "
@@ -208,7 +213,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
     for number, group in enumerate(groups, 1):
         reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
                       paths=list(group.paths))
-        if not args.json:
+        if talk:
             print(sanitize(f"  {number}. {group.message.splitlines()[0]}  "
                            f"({len(group.paths)} file(s): "
                            + ", ".join(sanitize_name(p) for p in group.paths[:4])
@@ -221,16 +226,27 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
     reporter.emit("plan_written", path=str(output.path) if output else None,
                   commits=len(groups),
                   files=len(facts.changes), **({} if output else {"spec": text}))
-    if args.json:
-        return EXIT_OK
+    if not args.json:
+        written(output, text, talk)
+    return EXIT_OK
+
+
+def written(output: OutFile | None, text: str, talk: bool) -> None:
+    """The spec on standard output, or where it went; and, unless --quiet, what next."""
     if output is None:  # exact into a file or pipe; on a terminal, shown as any text is
         sys.stdout.write(sanitize(text) if sys.stdout.isatty() else text)
-        print("\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
-              "spec.toml", file=sys.stderr)
-    else:
+        if talk:
+            print(f"\nNext: save it (-o spec.toml), review it, then retcon-sandbox execute "
+                  f"spec.toml\n{RESUME}", file=sys.stderr)
+    elif talk:
         print(sanitize(f"\nDraft written: {output.path}\nNext: review it, then  "
-                       f"retcon-sandbox execute {output.path}"))
-    return EXIT_OK
+                       f"retcon-sandbox execute {output.path}\n{RESUME}"))
+    else:
+        print(sanitize(f"Draft written: {output.path}"))
+
+
+RESUME = ("The run saves each step in the spec: after a stop (a stuck commit, Ctrl-C, an "
+          "error), the same\ncommand resumes where it stopped.")
 
 
 def exact(paths: list[str], groups: list[Group]) -> None:
@@ -293,7 +309,7 @@ def refine(args: argparse.Namespace, target: Target, facts: Facts, groups: list[
     envs = Environments(repo, backend, DEFAULTS, NO_ACCESS.setup, reporter, target.source)
     verifier = Verifier(Commands(None, None, DEFAULTS.timeout), reporter)
     proposals = Proposals(facts.paths)
-    if not args.json:
+    if not args.json and verbosity() >= 0:
         print(f"  Asking the model ({agent.model.name}) to refine the draft; transcript: "
               f"{transcript}", file=out)
     try:

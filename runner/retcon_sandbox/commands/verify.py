@@ -10,6 +10,7 @@ for a configuration error. Nothing is written but the cache's notes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
-from retcon_sandbox import outfile
+from retcon_sandbox import outfile, progress
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.environments import Environments, check_inputs
 from retcon_sandbox.commands.options import (
@@ -32,7 +33,14 @@ from retcon_sandbox.commands.options import (
 from retcon_sandbox.errors import EXIT_OK, EXIT_STUCK, ConfigError, GitError, UsageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.repo.gitrepo import Repo
-from retcon_sandbox.report import HumanReporter, JsonReporter, Reporter, plain_terminal
+from retcon_sandbox.report import (
+    HumanReporter,
+    JsonReporter,
+    Reporter,
+    plain_terminal,
+    verbosity,
+    watching,
+)
 from retcon_sandbox.spec.file import Spec, SpecFile
 from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError, final_test
 from retcon_sandbox.spec.statedir import StateDir
@@ -106,13 +114,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     settings = plan.settings
     if plan.rows:
         check_inputs(plan.repo, settings, [plan.rows[0].sha, plan.rows[-1].sha], plan.label)
-    commands = Commands(settings.build, final_test(settings, args.test), settings.timeout,
-                        frozenset(args.skip))
-    if not (commands.planned("build") or commands.planned("test")):
-        raise ConfigError("nothing to verify with: no build or test command"
-                          + (" that is not skipped" if args.skip else ""),
-                          "Give --build and/or --test, or a spec (--spec FILE) whose [sandbox] "
-                          "has them.")
+    commands = verify_commands(args, settings)
     cache = Cache(plan.repo, read=not args.no_cache, trust=args.trust_notes)
     cache.check()
     envs, more = environments(args, plan, access, reporter)
@@ -127,16 +129,19 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                   skip=sorted(commands.skip), build=commands.planned("build"),
                   test=commands.planned("test"), shard=shard_event(plan))
     display = make_display(args.json, reporter, plan, commands)
-    if not args.json:
+    if not args.json and not display.quiet:
         print(sanitize(f"Verifying {plan.label}: {len(plan.rows)} commit(s), {jobs} at a time\n"
                        + (f"  {plan.shard_line}\n" if plan.shard else "")
-                       + f"  Sandbox: {backend.describe()}\n"
-                       + (f"  Engine: {engine}\n" if engine else "")
-                       + f"  Commands: {commands_line(commands, settings, args.test)}\n"
-                       + f"  Cache: {REF} ({cache_mode(args)}; environment {environment})\n"),
+                       + f"  Sandbox: {backend.describe()}\n" + where_and_how(
+                           engine, commands_line(commands, settings, args.test),
+                           f"{REF} ({cache_mode(args)}; environment {environment})")),
               flush=True)
     display.begin()
-    pool = run_pool(args, plan, envs, more, verifier, jobs, display)
+    # a live table shows each tree's phase itself; otherwise the heartbeat's lines do
+    with contextlib.nullcontext() if isinstance(display, LiveDisplay) else \
+            watching(reporter, None if args.json else sys.stdout, live=False):
+        pool = run_pool(args, plan, envs, more, verifier, jobs, display,
+                        reporter if args.json else None)
     reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, reuse=pool.reuse,
                   prepare="command" if pool.prepare_with_command else "exec",
                   engines=pool.spread,
@@ -146,13 +151,26 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
                       + verifier.cache.problem)
     seconds = time.monotonic() - started
     code = display.end(seconds)
-    unwritten = outputs.finish(plan.label, plan.rows, seconds, display.planned, plan.shard_line)
+    unwritten = outputs.finish(plan.label, plan.rows, seconds, display.planned, plan.shard_line,
+                               plan.repo.ls_tree)
     if unwritten:
         reporter.emit("warning", message=f"{unwritten}. The exit code is still the "
                       f"verification's own ({code}): the commits were verified, only the "
                       "report is missing; free space or fix the directory and rerun (cached "
                       "results make it fast).")
     return code
+
+
+def verify_commands(args: argparse.Namespace, settings: SandboxSettings) -> Commands:
+    """The build and test each tree gets: at least one of them, or a configuration error."""
+    commands = Commands(settings.build, final_test(settings, args.test), settings.timeout,
+                        frozenset(args.skip))
+    if not (commands.planned("build") or commands.planned("test")):
+        raise ConfigError("nothing to verify with: no build or test command"
+                          + (" that is not skipped" if args.skip else ""),
+                          "Give --build and/or --test, or a spec (--spec FILE) whose [sandbox] "
+                          "has them.")
+    return commands
 
 
 def environments(args: argparse.Namespace, plan: Plan, access: hostaccess.HostAccess,
@@ -177,9 +195,10 @@ def environments(args: argparse.Namespace, plan: Plan, access: hostaccess.HostAc
 
 
 def run_pool(args: argparse.Namespace, plan: Plan, envs: Environments,
-             more: list[Environments], verifier: Verifier, jobs: int, display: Display) -> Pool:
+             more: list[Environments], verifier: Verifier, jobs: int, display: Display,
+             report: Reporter | None = None) -> Pool:
     """Every distinct tree of the range once, `jobs` at a time; each row of a tree shows its
-    outcome as it comes."""
+    outcome as it comes. `report`: where the build and tests send their phase events."""
     by_tree: dict[str, list[Row]] = {}
     for row in plan.rows:
         by_tree.setdefault(row.tree, []).append(row)
@@ -197,10 +216,17 @@ def run_pool(args: argparse.Namespace, plan: Plan, envs: Environments,
             row.state = "done"
             display.finished(row)
 
-    pool = Pool(plan.repo, envs, verifier, jobs, more, reuse=not args.no_reuse)
-    items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0)) for row in plan.rows]
+    pool = Pool(plan.repo, envs, verifier, jobs, more, reuse=not args.no_reuse, report=report)
+    items = [Item(row.tree, f"verify-{row.sha[:12]}", (row.sha, 0),
+                  name=f"#{row.number} {row.sha[:7]}", number=row.number) for row in plan.rows]
     pool.run(items, on_done, on_start, display.tick)
     return pool
+
+
+def where_and_how(engine: str | None, commands: str, cache: str) -> str:
+    """The preamble's engine (when one is named), commands and cache lines."""
+    return (f"  Engine: {engine}\n" if engine else "") + f"  Commands: {commands}\n" \
+        f"  Cache: {cache}\n"
 
 
 def shard_event(plan: Plan) -> dict[str, int] | None:
@@ -304,9 +330,11 @@ def revision_range(repo: Repo, target: RangeTarget) -> tuple[str, list[tuple[str
 
 
 class Display:
-    """Plain lines, one per commit as it finishes (stdout is not a terminal)."""
+    """Plain lines, one per commit as it finishes (stdout is not a terminal). `quiet`
+    (--quiet): no header and no rows, only the failures and the verdict."""
 
-    def __init__(self, plan: Plan, commands: Commands, out: TextIO) -> None:
+    def __init__(self, plan: Plan, commands: Commands, out: TextIO, quiet: bool = False) -> None:
+        self.quiet = quiet
         self.rows = plan.rows
         self.shard_line = plan.shard_line
         self.planned = {"build": bool(commands.planned("build")),
@@ -319,12 +347,14 @@ class Display:
         return render_row(row, self.planned, time.monotonic(), self.width, self.digits)
 
     def begin(self) -> None:
-        self.out.write(header(self.width, self.digits) + "\n")
-        self.out.flush()
+        if not self.quiet:
+            self.out.write(header(self.width, self.digits) + "\n")
+            self.out.flush()
 
     def finished(self, row: Row) -> None:
-        self.out.write(self.line(row) + "\n")
-        self.out.flush()
+        if not self.quiet:
+            self.out.write(self.line(row) + "\n")
+            self.out.flush()
 
     def tick(self) -> None:
         pass
@@ -334,7 +364,7 @@ class Display:
         lines = failures(self.rows)
         if lines:
             self.out.write("\nFailures:\n" + "\n".join(lines) + "\n")
-        lines = claims(self.rows)
+        lines = [] if self.quiet else claims(self.rows)
         if lines:
             self.out.write("\nClaimed by others (notes your key does not authenticate):\n"
                            + "\n".join(lines) + "\n")
@@ -372,6 +402,9 @@ class LiveDisplay(Display):
         pass
 
     def tick(self) -> None:
+        doing = {a.key: a.phase for a in progress.running() if a.key is not None}
+        for row in self.rows:
+            row.phase = doing.get(row.tree, "") if row.state == "running" else ""
         self.draw(again=True)
 
     def end(self, seconds: float) -> int:
@@ -414,6 +447,8 @@ def make_display(as_json: bool, reporter: Reporter, plan: Plan, commands: Comman
     if as_json:
         return JsonDisplay(plan, commands, reporter)
     lines = shutil.get_terminal_size().lines
+    if verbosity() < 0:
+        return Display(plan, commands, sys.stdout, quiet=True)
     if sys.stdout.isatty() and not plain_terminal() and len(plan.rows) + 4 < lines:
         return LiveDisplay(plan, commands, sys.stdout)
     return Display(plan, commands, sys.stdout)

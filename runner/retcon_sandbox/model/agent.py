@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retcon_sandbox import progress
 from retcon_sandbox.backends.api import ToolFailure
 from retcon_sandbox.model.llm import ChatModel, Reply, Usage
 from retcon_sandbox.model.tools import (
@@ -22,6 +23,7 @@ from retcon_sandbox.model.tools import (
     openai_schema,
     parse_call,
 )
+from retcon_sandbox.report import Reporter
 from retcon_sandbox.resources import prompt
 from retcon_sandbox.spec.statedir import open_append
 
@@ -52,14 +54,18 @@ class StepLimits:
 
 
 class Agent:
-    def __init__(self, model: ChatModel, transcript: Transcript, limits: StepLimits) -> None:
+    def __init__(self, model: ChatModel, transcript: Transcript, limits: StepLimits,
+                 report: Reporter | None = None) -> None:
+        """`report`: where each model request's phase events go (progress.phase)."""
         self.model = model
         self.transcript = transcript
         self.limits = limits
+        self.report = report
 
     def run(self, ctx: StepContext, task: str, label: str,
-            offered: tuple[str, ...] = WORK_TOOLS, system: str = "system"
-            ) -> tuple[Outcome, Usage]:
+            offered: tuple[str, ...] = WORK_TOOLS, system: str = "system",
+            number: int | None = None) -> tuple[Outcome, Usage]:
+        """One step; `number`: the commit it works on, for the progress lines."""
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": prompt(system)},
             {"role": "user", "content": task},
@@ -71,7 +77,9 @@ class Agent:
         for turn in range(1, self.limits.max_turns + 1):
             sent = len(messages)
             asked = time.monotonic()
-            reply = self.model.complete(messages, schema)
+            what = f"{f'#{number} ' if number is not None else ''}model ({label}, turn {turn})"
+            with progress.phase(self.report, "model", number, what):
+                reply = self.model.complete(messages, schema)
             usage = usage + reply.usage
             self.transcript.write({"step": label, "turn": turn, "model": self.model.name,
                                    "sent": messages[logged:sent], "reply": reply.message,

@@ -27,6 +27,7 @@ import openai
 import tenacity
 from openai.types.chat import ChatCompletion
 
+from retcon_sandbox import progress
 from retcon_sandbox.errors import ModelError
 from retcon_sandbox.text import encodable
 
@@ -42,6 +43,10 @@ PREFLIGHT_TOOLS = [{"type": "function", "function": {
     "name": "ready", "description": "Say that you are ready (optional).",
     "parameters": {"type": "object", "properties": {}}}}]
 DEFAULT_URL = "https://api.openai.com/v1"
+# The reply-length parameter's two names, each to the other: Chat Completions' older
+# `max_tokens`, which OpenAI's reasoning models refuse, and its successor, which some
+# OpenAI-compatible servers do not know yet.
+TOKEN_NAMES = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ class ModelSettings:
     temperature: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    tokens_name: str = "max_tokens"  # the reply-length parameter's name tried first
+    stream: bool = True  # ask for the answer as it is made (its tokens, for the progress lines)
 
     @property
     def endpoint(self) -> str:
@@ -165,6 +172,9 @@ class OpenAIChat:
         self._settings = settings
         self._notice = notice or (lambda text: None)
         self._last_error: openai.OpenAIError | None = None
+        self._tokens_name = settings.tokens_name  # learned from a refusal, for the run
+        self._tokens_learned = False
+        self._stream = settings.stream  # likewise
         try:
             self._client = openai.OpenAI(base_url=settings.base_url,
                                          api_key=settings.api_key or "unused", max_retries=0,
@@ -221,14 +231,18 @@ class OpenAIChat:
         return error
 
     def _failed(self, exc: openai.OpenAIError, retrying: tenacity.Retrying) -> ModelError:
-        if isinstance(exc, RETRYABLE):
-            attempts = int(retrying.statistics.get("attempt_number", 1))
-            after = f"after {attempts} attempts" if attempts > 1 else ""
-            if attempts < self._settings.attempts:
-                after = (f"{after}; a retry would end past the {self._settings.deadline:g} s "
-                         "deadline (RETCON_SANDBOX_MODEL_DEADLINE)").lstrip("; ")
-            return self._error(exc, after)
-        return self._error(exc, "")
+        """The error; for one the policy retries, how often it was tried and, when attempts
+        were left, why no more were made (a sentence of its own after the endpoint)."""
+        if not isinstance(exc, RETRYABLE):
+            return self._error(exc, "")
+        attempts = int(retrying.statistics.get("attempt_number", 1))
+        error = self._error(exc, f"after {attempts} attempts" if attempts > 1 else "")
+        if attempts < self._settings.attempts:
+            error.message += (f". It was not tried again: the wait before another try would end "
+                              f"more than {self._settings.deadline:g} s after the first one "
+                              "(the deadline, RETCON_SANDBOX_MODEL_DEADLINE)")
+            error.args = (error.message,)
+        return error
 
     def _announce(self, state: tenacity.RetryCallState) -> None:
         s = self._settings
@@ -241,12 +255,15 @@ class OpenAIChat:
     def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         s = self._settings
-        sampling = {"temperature": s.temperature, "max_tokens": s.max_tokens, "seed": s.seed}
+        sampling = {"temperature": s.temperature, self._tokens_name: s.max_tokens,
+                    "seed": s.seed}
         extra.update({key: value for key, value in sampling.items() if value is not None})
+        if self._stream:
+            extra.update(stream=True, stream_options={"include_usage": True})
         try:
-            response = self._client.chat.completions.create(
-                # a name that is not UTF-8 as `\xNN`; the tools map it back (`WorkState`)
-                model=self.name, messages=encodable(messages), **extra)
+            response = self._create(messages, extra)
+            if isinstance(response, openai.Stream):
+                return self._read_stream(response)
         except json.JSONDecodeError as exc:  # declared JSON, but is not
             raise self._bad_answer(f"text that is not valid JSON ({exc.msg} at character "
                                    f"{exc.pos})") from None
@@ -258,6 +275,74 @@ class OpenAIChat:
         if not isinstance(response, ChatCompletion):
             raise self._bad_answer(_what_it_is(response))
         return _reply(response, self._bad_answer)
+
+    def _create(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> object:
+        """One request; a refusal of one of our conventions is answered by one more request
+        without it, which the rest of the run keeps (`_learn`)."""
+        while True:
+            try:
+                return self._client.chat.completions.create(  # a name that is not UTF-8
+                    model=self.name, messages=encodable(messages), **extra)  # as `\xNN`
+            except openai.BadRequestError as exc:
+                learned = self._learn(exc, extra)
+                if learned is None:
+                    raise
+                extra = learned
+
+    def _learn(self, exc: openai.BadRequestError, extra: dict[str, Any]
+               ) -> dict[str, Any] | None:
+        """The request again, without what the endpoint refused, once per convention: the
+        reply-length parameter's name (OpenAI's reasoning models refuse `max_tokens`, older
+        servers `max_completion_tokens`), and streaming (a server that does not stream, or
+        does not know `stream_options`). None when the refusal is about something else."""
+        sent = self._tokens_name
+        if sent in extra and not self._tokens_learned and _refuses(exc, sent):
+            self._tokens_learned = True
+            self._tokens_name = TOKEN_NAMES[sent]
+            changed = {key: value for key, value in extra.items() if key != sent}
+            changed[self._tokens_name] = self._settings.max_tokens
+            return changed
+        if "stream" in extra and (_refuses(exc, "stream_options") or _refuses(exc, "stream")):
+            self._stream = False
+            return {key: value for key, value in extra.items()
+                    if key not in ("stream", "stream_options")}
+        return None
+
+    def _read_stream(self, stream: openai.Stream[Any]) -> Reply:
+        """A streamed answer, put together as it comes (the tokens so far told to
+        progress.streamed), within the timeout for the whole answer; an endpoint that answered
+        without streaming is read as a plain answer."""
+        response = stream.response
+        if "text/event-stream" not in response.headers.get("content-type", ""):
+            return self._plain_answer(response)
+        deadline = time.monotonic() + self._settings.timeout
+        parts = _Parts()
+        try:
+            for chunk in stream:
+                parts.add(chunk)
+                progress.streamed(parts.count)
+                if time.monotonic() > deadline:
+                    raise openai.APITimeoutError(request=response.request)
+        except _transport_errors() as exc:  # older SDKs let the HTTP client's errors through
+            raise openai.APIConnectionError(request=response.request) from exc
+        finally:
+            stream.close()
+        try:
+            return parts.reply()
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise self._bad_answer(f"a malformed chat completion stream ({exc})"[:300]
+                                   ) from None
+
+    def _plain_answer(self, response: Any) -> Reply:
+        """What the SDK makes of an answer that is not a stream: JSON becomes the completion
+        (not validated, as the SDK's own), anything else text."""
+        response.read()
+        if "json" not in response.headers.get("content-type", ""):
+            raise self._bad_answer(_what_it_is(response.text))
+        data = json.loads(response.text)
+        if not isinstance(data, dict):
+            raise self._bad_answer(_what_it_is(data))
+        return _reply(ChatCompletion.construct(**data), self._bad_answer)
 
     def _where(self) -> str:
         return f"model {self.name!r} at {self._settings.endpoint}"
@@ -297,13 +382,84 @@ class OpenAIChat:
                           "Check the model settings, then rerun: the run resumes from the spec.")
 
 
+_REFUSING = ("unsupported", "not supported", "unrecognized", "unknown", "not permitted",
+             "not allowed", "extra")
+
+
+def _refuses(exc: openai.BadRequestError, name: str) -> bool:
+    """Whether a 400 refuses the parameter `name` itself: its `param` field names it, or its
+    message does, as one refused (`Unsupported parameter: 'max_tokens' ... Use
+    'max_completion_tokens' instead.`, `Unrecognized request argument supplied:
+    stream_options`)."""
+    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+    inner = body.get("error")
+    error: dict[str, Any] = inner if isinstance(inner, dict) else body
+    if error.get("param") == name:
+        return True
+    message = str(error.get("message") or exc.message)
+    if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message):
+        return False
+    lowered = message.lower()
+    return any(word in lowered for word in _REFUSING) or TOKEN_NAMES.get(name, "\0") in message
+
+
+class _Parts:
+    """A streamed answer's pieces: the content, each tool call's id, name and arguments (by
+    index), the usage the last chunk brings; `count`, the pieces so far (about a token
+    each)."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: Usage | None = None
+        self.count = 0
+
+    def add(self, chunk: Any) -> None:
+        if getattr(chunk, "usage", None):
+            self.usage = Usage(int(chunk.usage.prompt_tokens), int(chunk.usage.completion_tokens))
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self.content.append(str(delta.content))
+                self.count += 1
+            for call in delta.tool_calls or ():
+                slot = self.calls.setdefault(int(call.index), {"id": "", "name": "",
+                                                               "arguments": ""})
+                slot["id"] = str(call.id or slot["id"])
+                function = getattr(call, "function", None)
+                if function is not None:
+                    slot["name"] += str(function.name or "")
+                    slot["arguments"] += str(function.arguments or "")
+                    self.count += 1
+
+    def reply(self) -> Reply:
+        content = "".join(self.content) or None
+        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"])
+                      for _, c in sorted(self.calls.items()) if c["name"])
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        return Reply(content, calls, self.usage or Usage(), message)
+
+
 _BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
 
 
 def redact_key(text: str, key: str | None) -> str:
-    """`text` without the API key: every `Bearer …` credential, and the key itself, as ***."""
+    """`text` without the API key: every `Bearer …` credential, and the key itself, as ***.
+    A key shorter than 8 characters is hidden only where it stands alone: inside a longer
+    word it is chance (a key `k` in "API key"), and hiding it there garbles the message."""
     text = _BEARER.sub(r"\1***", text)
-    return text.replace(key, "***") if key and key.strip() else text
+    key = (key or "").strip()
+    if not key:
+        return text
+    if len(key) >= 8:
+        return text.replace(key, "***")
+    return re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", "***", text)
 
 
 @functools.cache
@@ -318,6 +474,15 @@ def _client_errors() -> tuple[type[Exception], ...]:
     if isinstance(invalid, type) and issubclass(invalid, Exception):
         found = (*found, invalid)
     return found
+
+
+@functools.cache
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """What the SDK's HTTP client raises while a stream is read (a connection lost, a read
+    timed out), which older SDKs do not wrap in their own errors."""
+    library = sys.modules.get(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
+    found = getattr(library, "TransportError", None)
+    return (found,) if isinstance(found, type) and issubclass(found, Exception) else ()
 
 
 def _first_line(exc: BaseException) -> str:

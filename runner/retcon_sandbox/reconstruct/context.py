@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from retcon_sandbox import progress
 from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
@@ -164,14 +165,15 @@ class Run:
                 current.append(inner)
                 started = time.monotonic()
                 warm = ahead.pop() if ahead else None
-                if warm is not None and warm.tree == tree:
-                    inner.callback(warm.close)
-                    opened = warm.take()
-                else:
-                    if warm is not None:
-                        warm.close()
-                    opened = inner.enter_context(self.envs.sandbox(label, tree,
-                                                                   self.place(tree, number)))
+                with progress.phase(self.report, "sandbox", number):
+                    if warm is not None and warm.tree == tree:
+                        inner.callback(warm.close)
+                        opened = warm.take()
+                    else:
+                        if warm is not None:
+                            warm.close()
+                        opened = inner.enter_context(self.envs.sandbox(
+                            label, tree, self.place(tree, number)))
                 where = {} if number is None else {"number": number}
                 self.report.emit("sandbox", **where, files=opened.files,
                                  seconds=time.monotonic() - started,

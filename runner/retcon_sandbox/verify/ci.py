@@ -7,16 +7,19 @@ goes through `text.sanitize` (no terminal control reaches a log viewer) and then
 1.0 cannot carry at all (lone surrogates, U+FFFE, U+FFFF), visibly escaped; ElementTree escapes
 the markup. On GitHub, every line printed is read for `::command::` lines, so the whole run's
 output is wrapped in `::stop-commands::` with a random token, and only our own annotations come
-after it, with the workflow-command escaping of their data and properties. In the Markdown,
+after it, with the workflow-command escaping of their data and properties. An annotation points
+at a file and line only when the output names one that is a file of the commit's tree (relative
+to the repository, or under the sandbox's /workspace), never anywhere else. In the Markdown,
 every value from the repository is a code span or an escaped `<pre>` (see markup.py).
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import secrets
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TextIO
@@ -24,7 +27,7 @@ from typing import TextIO
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.markup import html_text, md_code, md_pre
 from retcon_sandbox.outfile import OutFile
-from retcon_sandbox.text import sanitize
+from retcon_sandbox.text import sanitize, sanitize_name
 from retcon_sandbox.verify.cache import Outcome
 from retcon_sandbox.verify.table import Row, cells, summary, totals, verdicts
 
@@ -96,8 +99,65 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_annotations(rows: Sequence[Row]) -> list[str]:
-    """One `::error` line per failing commit: the failure as its title, the tail as its text."""
+# Where failing output names a file and line: a Python traceback's `File "x.py", line 3`,
+# cargo's `--> src/x.rs:3:5`, a node stack frame's `at f (x.js:3:5)` or `at x.js:3:5`, and the
+# `path:line: ` (or `path:line:col: `) that starts a line of pytest, gcc, mypy, tsc and others.
+LOCATIONS = (
+    re.compile(r'File "(?P<path>[^"\n]+)", line (?P<line>\d+)'),
+    re.compile(r"-->\s*(?P<path>[^\s:]+):(?P<line>\d+)(?::(?P<col>\d+))?"),
+    re.compile(r"\bat (?:[^\n(]*\()?(?P<path>[^\s():]+):(?P<line>\d+):(?P<col>\d+)\)?"),
+    re.compile(r"^(?P<path>\S+?):(?P<line>\d+):(?:(?P<col>\d+):)?(?=\s|$)", re.MULTILINE),
+)
+WORKSPACE = "/workspace/"  # where a sandbox holds the tree: absolute paths under it are its own
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str
+    line: int
+    col: int | None = None
+
+
+def repository_path(named: str) -> str | None:
+    """A path the output names, relative to the repository, or None when it is outside (an
+    absolute path elsewhere, one that climbs out with `..`)."""
+    if named.startswith(WORKSPACE):
+        named = named[len(WORKSPACE):]
+    if named.startswith("/"):
+        return None
+    normal = posixpath.normpath(named)
+    if normal in (".", "..") or normal.startswith("../"):
+        return None
+    return normal
+
+
+def locate(output: str, files: Container[str]) -> Location | None:
+    """The first place, in the order the output names them, that is a file of the tree; only
+    a path that prints as itself (nothing sanitising would change) is taken."""
+    found = sorted((m.start(), m) for pattern in LOCATIONS for m in pattern.finditer(output))
+    for _, match in found:
+        path = repository_path(match["path"])
+        line = int(match["line"])
+        if path is None or path not in files or line < 1 or sanitize_name(path) != path:
+            continue
+        col = match.groupdict().get("col")
+        return Location(path, line, int(col) if col else None)
+    return None
+
+
+def _where(location: Location | None) -> str:
+    if location is None:
+        return ""
+    col = f",col={location.col}" if location.col else ""
+    return f"file={escape_property(location.path)},line={location.line}{col},"
+
+
+Files = Callable[[str], Container[str]]  # the paths of a tree's files
+
+
+def github_annotations(rows: Sequence[Row], files: Files | None = None) -> list[str]:
+    """One `::error` line per failing commit: the failure as its title, the tail as its text,
+    and where the output names a file of the commit's tree and a line, that place."""
     lines = []
     for row in rows:
         outcome = row.outcome
@@ -106,7 +166,9 @@ def github_annotations(rows: Sequence[Row]) -> list[str]:
         title = sanitize(f"#{row.number} {row.sha[:7]} {row.subject}: {_first_line(outcome)}"
                          + (" (cached)" if outcome.cached else ""))
         message = sanitize(outcome.tail.strip("\n") or _first_line(outcome))
-        lines.append(f"::error title={escape_property(title)}::{escape_data(message)}")
+        place = locate(outcome.failure or outcome.tail, files(row.tree)) if files else None
+        lines.append(f"::error {_where(place)}title={escape_property(title)}::"
+                     f"{escape_data(message)}")
     return lines
 
 
@@ -194,12 +256,13 @@ class Outputs:
             out.flush()
 
     def finish(self, label: str, rows: Sequence[Row], seconds: float,
-               planned: dict[str, bool] | None = None, shard_line: str = "") -> str | None:
-        """Write the JUnit file and the summary; keep the annotations for the end of the guard.
-        Why a file could not be written (a full disk, a directory made read-only meanwhile),
-        or None."""
+               planned: dict[str, bool] | None = None, shard_line: str = "",
+               files: Files | None = None) -> str | None:
+        """Write the JUnit file and the summary; keep the annotations for the end of the guard
+        (`files`: a tree's files, for the places they point at). Why a file could not be
+        written (a full disk, a directory made read-only meanwhile), or None."""
         if self.github:
-            self.pending = github_annotations(rows)
+            self.pending = github_annotations(rows, files)
         problems = []
         if self.summary is not None:
             text = markdown_summary(label, rows, seconds,

@@ -42,8 +42,9 @@ from retcon_sandbox.backends.api import Sandbox
 from retcon_sandbox.backends.environments import Environments, Opened, Phases, Place
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.repo.gitrepo import Repo
+from retcon_sandbox.report import Reporter
 from retcon_sandbox.verify.cache import Outcome
-from retcon_sandbox.verify.stages import Verifier, run_stages
+from retcon_sandbox.verify.stages import Verifier, Where, run_stages
 
 TICK = 0.25  # seconds between calls of `tick` while waiting (a live display redraws)
 
@@ -53,6 +54,8 @@ class Item:
     tree: str
     label: str  # the sandbox's label
     at: Place | None = None  # the commit the tree is (its git metadata's version)
+    name: str = ""  # how a progress line names it (`#3 a68f6c0`)
+    number: int | None = None  # the first commit of the range with this tree, for its phases
 
 
 Started = Callable[[Item], None]  # called from a worker thread: keep it to plain assignments
@@ -124,9 +127,12 @@ def _remove_all(idle: deque[_Ready], remover: _Remover) -> None:
 class Pool:
     def __init__(self, repo: Repo, envs: Environments, verifier: Verifier, jobs: int,
                  more: Sequence[Environments] = (), ahead: bool | None = None,
-                 reuse: bool = True) -> None:
+                 reuse: bool = True, report: Reporter | None = None) -> None:
         """`more`: the environments of further engines (`--engine` given more than once).
-        `reuse`: a used sandbox may take another tree, once wiped (else each gets a new one)."""
+        `reuse`: a used sandbox may take another tree, once wiped (else each gets a new one).
+        `report`: where each tree's build and tests send their phase events (None: only the
+        heartbeat sees them)."""
+        self.report = report
         self.repo = repo
         self.envs = envs
         self.engines = [envs, *more]
@@ -244,8 +250,10 @@ class Pool:
                         _remove_all(idle, remover)
                     if started is not None:
                         started(item)
+                    at = Where(self.report, item.number, item.name, item.tree)
                     with self.phases.timed("commands"):
-                        outcome = run_stages(_constant(opened.box), self.verifier.commands)
+                        outcome = run_stages(_constant(opened.box), self.verifier.commands,
+                                             at=at)
                     ran = True
                 finally:
                     if ran and self.reuse:

@@ -10,12 +10,13 @@ names the command, not a failure of the code for the model to fix.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from retcon_sandbox import threads
+from retcon_sandbox import progress, threads
 from retcon_sandbox.backends.api import CommandResult, Sandbox
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import ConfigError
@@ -121,17 +122,35 @@ def check_runnable(box: Sandbox, commands: Commands) -> None:
                 f"an executable file): {command}", not_runnable(result, which).hint)
 
 
+@dataclass(frozen=True)
+class Where:
+    """Whose build and tests `run_stages` runs, for their phases (progress.phase): the reporter
+    of their phase events (None: no events, the heartbeat only), the commit's number, how a
+    line names it (`#3 a68f6c0`), and its tree."""
+
+    report: Reporter | None = None
+    number: int | None = None
+    name: str = ""
+    tree: str | None = None
+
+    def phase(self, event: str) -> contextlib.AbstractContextManager[progress.Activity]:
+        what = f"{self.name} {event}" if self.name else ""
+        return progress.phase(self.report, event, self.number, what, key=self.tree)
+
+
 def run_stages(box: Callable[[], Sandbox], commands: Commands,
-               notify: Notify | None = None) -> Outcome:
+               notify: Notify | None = None, at: Where = Where()) -> Outcome:
     """Build, then tests (each when planned), in the sandbox `box()` opens on first use."""
     stages: list[Stage] = []
-    for which, _, title in STAGES:
+    for which, event, title in STAGES:
         command = commands.planned(which)
         if command is None:
             if notify:
                 notify(which, None)
             continue
-        result = run_command(box(), command, which, commands.timeout)
+        sandbox = box()
+        with at.phase(event):
+            result = run_command(sandbox, command, which, commands.timeout)
         stage = Stage(which, command, result.verdict(), result.passed, result.timed_out,
                       result.seconds)
         stages.append(stage)
@@ -144,7 +163,7 @@ def run_stages(box: Callable[[], Sandbox], commands: Commands,
 
 
 def overlapped(box: Sandbox, commands: Commands, notify: Notify,
-               alongside: Callable[[], None]) -> Outcome:
+               alongside: Callable[[], None], at: Where = Where()) -> Outcome:
     """`run_stages` in a thread of its own, which does sandbox I/O only, while `alongside` runs
     in this one; the stages' events are given to `notify` here, afterwards, in their order. If
     `alongside` raises, so does this, at once: the stages stop when their sandbox is removed."""
@@ -154,7 +173,8 @@ def overlapped(box: Sandbox, commands: Commands, notify: Notify,
 
     def work() -> None:
         try:
-            done.append(run_stages(lambda: box, commands, lambda w, s: events.append((w, s))))
+            done.append(run_stages(lambda: box, commands, lambda w, s: events.append((w, s)),
+                                   at))
         except BaseException as exc:  # raised again in the caller's thread
             failed.append(exc)
 
@@ -256,7 +276,7 @@ class Verifier:
         through the cache like any commit, reported as one `base_check` event."""
         outcome = self.lookup(tree)
         if outcome is None:
-            outcome = run_stages(box, self.commands)
+            outcome = run_stages(box, self.commands, at=Where(self.report, name="base commit"))
             self.record(tree, outcome)
         failed = next((s for s in outcome.stages if not s.passed), None)
         self.report.emit("base_check", passed=outcome.passed, cached=outcome.cached,
@@ -295,13 +315,14 @@ class Verifier:
                 self.report.emit(event, number=number, verdict=stage.verdict,
                                  seconds=stage.seconds)
 
+        at = Where(self.report, number)
         if outcome is not None:
             replay(outcome, self.commands, notify)
         elif alongside is not None and self.runs_anything:
-            outcome = overlapped(state.command_box, self.commands, notify, alongside)
+            outcome = overlapped(state.command_box, self.commands, notify, alongside, at)
             self.record(tree, outcome)
         else:
-            outcome = run_stages(lambda: state.command_box, self.commands, notify)
+            outcome = run_stages(lambda: state.command_box, self.commands, notify, at)
             self.record(tree, outcome)
         self.saw(tree, outcome)
         if outcome.failure is None:

@@ -73,6 +73,7 @@ class Row:
     started: float = 0.0
     outcome: Outcome | None = None
     claim: Outcome | None = None  # what a note others wrote claims for this tree
+    phase: str = ""  # while running: the step under way (build, tests), when known
 
 
 PLANNED = ("build", "test")
@@ -94,7 +95,12 @@ def cells(row: Row, planned: dict[str, bool], now: float) -> tuple[str, str, str
     if row.state == "queued":
         return ("", "", "", "")
     if row.state == "running" or row.outcome is None:
-        return ("…", "…", f"{max(0.0, now - row.started):.0f}s", "")
+        elapsed = f"{max(0.0, now - row.started):.0f}s"
+        if row.phase == "build":
+            return ("build…", "", elapsed, "")
+        if row.phase == "tests":
+            return ("PASS" if planned["build"] else "none", "tests…", elapsed, "")
+        return ("…", "…", elapsed, "")
     outcome = row.outcome
     build = outcome.stage("build")
     test = outcome.stage("test")

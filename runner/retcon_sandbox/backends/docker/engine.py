@@ -16,7 +16,7 @@ import functools
 import importlib
 import ipaddress
 import itertools
-import os
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,14 +79,16 @@ def _bad_address(exc: ValueError, endpoint: engines.Endpoint) -> SandboxError:
 def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) -> SandboxError:
     """The engine cannot be used: where we looked (DOCKER_HOST's value, or the context or
     default socket in use), and what to do."""
-    host = os.environ.get("DOCKER_HOST")
     given = endpoint.source == "--engine"
     if given:
         where = f"--engine {endpoint.host}"
     else:
-        where = (f"DOCKER_HOST={host}" if host
+        where = (f"DOCKER_HOST={endpoint.host}" if endpoint.source == "DOCKER_HOST"
                  else f"{endpoint.describe()} (DOCKER_HOST is not set)")
     setting = "--engine" if given else "DOCKER_HOST"
+    remote = _remote_host(endpoint.host)
+    if remote is not None:
+        return _no_remote_engine(exc, where, remote, endpoint.host, setting)
     if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
         return SandboxError(
             f"the Docker engine at {where} accepted the connection but did not answer within "
@@ -104,6 +106,38 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
         "Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or "
         + ("give another --engine" if given else "set DOCKER_HOST")
         + "; `docker info` must work. Without Docker nothing untrusted can run.")
+
+
+def _remote_host(host: str) -> str | None:
+    """The host of an engine on another machine (tcp:// to anything but this one), else None."""
+    if not host.startswith("tcp://"):
+        return None
+    try:
+        name = urllib.parse.urlsplit(host).hostname or ""
+    except ValueError:
+        return None
+    if not name or name.lower() == "localhost":
+        return None
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    return None if address.is_loopback or address.is_unspecified else name
+
+
+def _no_remote_engine(exc: BaseException, where: str, remote: str, host: str,
+                      setting: str) -> SandboxError:
+    """An engine on another machine: starting a local daemon would not help."""
+    timed_out = isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower()
+    connected = timed_out and not isinstance(exc, requests.exceptions.ConnectTimeout)
+    what = ("accepted the connection but did not answer in time" if connected
+            else "cannot be reached")
+    return SandboxError(
+        f"the remote Docker engine at {where} {what}: {_first_line(exc)}",
+        f"It runs on another machine ({sanitize_name(remote)}): check that its engine is up "
+        "and listening there, and that this machine reaches it (network, firewall, port; "
+        f"DOCKER_TLS_VERIFY and DOCKER_CERT_PATH for TLS). `docker -H {sanitize_name(host)} "
+        f"info` must work; or give another {setting}.")
 
 
 @functools.cache

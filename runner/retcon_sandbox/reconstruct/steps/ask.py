@@ -21,7 +21,8 @@ def ask_model(run: Run, commit: CommitSpec, state: WorkState, task: str, label: 
     said; a speculation counts its own, see steps/speculate.py)."""
     assert run.agent is not None
     ctx = StepContext(state, run.verifier, owed=owed)
-    outcome, usage = run.agent.run(ctx, task, f"commit-{commit.number}/{label}", offered)
+    outcome, usage = run.agent.run(ctx, task, f"commit-{commit.number}/{label}", offered,
+                                   number=commit.number)
     run.add_tokens(tokens or str(commit.number), usage.total)
     if isinstance(outcome, Assigned):  # not offered in a work step
         outcome = GaveUp("The model ended a work step without a commit.")

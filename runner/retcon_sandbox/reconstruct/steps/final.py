@@ -39,8 +39,8 @@ def final_check(run: Run, tip: str) -> FinalCheck | None:
     tree = run.repo.tree_of(tip)
     command = verifier.commands.planned("test")
     run.report.emit("final_verify", tree=tree, command=command)
-    outcomes = Pool(run.repo, run.envs, verifier, 1).run([Item(tree, "final")],
-                                                         lambda item, outcome: None)
+    pool = Pool(run.repo, run.envs, verifier, 1, report=run.report)
+    outcomes = pool.run([Item(tree, "final", name="final tree")], lambda item, outcome: None)
     check = FinalCheck(command, tree, outcomes[tree])
     run.report.emit("final_tree", tree=tree, command=command, verdict=check.verdict,
                     passed=check.outcome.passed, cached=check.outcome.cached,

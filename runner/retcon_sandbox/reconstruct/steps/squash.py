@@ -144,8 +144,9 @@ def verify_new_trees(run: Run, planned: list[Planned]) -> dict[str, Outcome]:
             run.report.emit("failure_output", number=entry.number, tail=outcome.tail)
 
     pool = Pool(run.repo, run.envs, run.verifier, run.options.jobs,
-                reuse=run.options.reuse)
-    return pool.run([Item(p.tree, f"squash-{p.number}") for p in new], finished)
+                reuse=run.options.reuse, report=run.report)
+    return pool.run([Item(p.tree, f"squash-{p.number}", name=f"#{p.number} squashed")
+                     for p in new], finished)
 
 
 def refusal(run: Run, decision: KeepBranch, planned: list[Planned],
