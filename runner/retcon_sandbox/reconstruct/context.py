@@ -21,6 +21,7 @@ from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.model.tools import Outcome
+from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.repo.provenance import Provenance
@@ -127,6 +128,10 @@ class Run:
                               "run", "Rerun: it is recreated and the run resumes from the spec.")
         return tip
 
+    @property
+    def spec_id(self) -> ownership.SpecId:
+        return ownership.spec_id(self.specfile.real)
+
     def commit_spec(self, number: int) -> CommitSpec:
         return self.spec.commits[number - 1]
 
@@ -209,9 +214,14 @@ class Run:
         tree = state.tree()
         sha = self.repo.commit_tree(tree, tip, message)
         commit = self.append(commit, CommitCreated(sha))
-        self.repo.update_branch(self.spec.cleaned, sha, tip, f"commit #{commit.number}")
+        self.move_branch(sha, tip, f"commit #{commit.number}")
         state.committed(tree)
         return commit, sha
+
+    def move_branch(self, new: str, old: str | None, reason: str) -> None:
+        """Move the cleaned branch by compare-and-swap; its reflog names this spec
+        (`ownership`)."""
+        self.repo.update_branch(self.spec.cleaned, new, old, ownership.tag(reason, self.spec_id))
 
     def stuck(self, commit: CommitSpec, summary: str, provenance: bool = False) -> CommitSpec:
         """Record a stop. Only the --strict-provenance gate (`provenance`) writes a summary with
