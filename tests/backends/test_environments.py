@@ -360,7 +360,7 @@ def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.M
     import json
 
     passed = {"PIP_INDEX_URL": "https://user:secret@index.example/simple"}
-    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "k" * 40)
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "9c4e1f7a0b3d8e25c6f14a9b7d02e8c3f5a1b6d4")
     first = LocalBackend(passed).environment()
     env = {"PATH": os.environ.get("PATH", ""), **passed}
     plain = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
@@ -368,7 +368,7 @@ def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.M
     assert LocalBackend(passed).environment() == first
     assert LocalBackend({"PIP_INDEX_URL": "other"}).environment() != first
     assert LocalBackend({"PIP_EXTRA": passed["PIP_INDEX_URL"]}).environment() != first
-    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "3e8b5a1f9d2c7e04b6a83f1d5c9e27b0a4d6f8c1")
     assert LocalBackend(passed).environment() != first
 
 
