@@ -29,7 +29,7 @@ from retcon_sandbox.commands.options import (
     require_model,
     sandbox_settings,
 )
-from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, RetconError
+from retcon_sandbox.errors import RetconError
 from retcon_sandbox.reconstruct import engine
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
@@ -175,9 +175,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
             if verifier.cache is not None and verifier.cache.problem:
                 reporter.emit("warning", message="build and test results were not cached: "
                               + verifier.cache.problem)
-    if not result.trees_equal:
-        return EXIT_ERROR
-    return EXIT_OK if result.final_passed else EXIT_STUCK
+    return result.exit_code
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.errors import ConfigError, GitError
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, ConfigError, GitError
 from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
@@ -32,6 +32,14 @@ class Result:
     complete: bool
     trees_equal: bool
     final_passed: bool = True  # the finished tree under `test_final` (True when none is set)
+
+    @property
+    def exit_code(self) -> int:
+        """The run's exit code, decided here once: the summary says `Complete!` only when it
+        is 0 (never on an exit 3 or 1)."""
+        if not self.trees_equal:
+            return EXIT_ERROR
+        return EXIT_OK if self.complete and self.final_passed else EXIT_STUCK
 
 
 def run(ctx: Run) -> Result:
@@ -192,11 +200,13 @@ def finish(ctx: Run) -> Result:
                 "invented": [{"path": i.path, "lines": i.lines, "first": i.first, "why": i.why}
                              for i in found.found]}
                for c in ctx.spec.commits if (found := ctx.provenance(c))]
+    result = Result(complete=True, trees_equal=equal,
+                    final_passed=check is None or check.outcome.passed)
     ctx.report.emit(
-        "summary", complete=True, provenance=origins, logical=len(ctx.spec.commits) - len(nothing),
+        "summary", complete=result.exit_code == EXIT_OK, exit_code=result.exit_code,
+        provenance=origins, logical=len(ctx.spec.commits) - len(nothing),
         fixes=sum(fixes_of(ctx, c) for c in ctx.spec.commits),
         squashed=ctx.options.squash_wip, branch=ctx.spec.cleaned, base=base, tip=tip,
         commits=len(ctx.repo.log(base, tip)), nothing=nothing, tokens=ctx.tokens,
         tests=tests_summary(ctx, check))
-    return Result(complete=True, trees_equal=equal,
-                  final_passed=check is None or check.outcome.passed)
+    return result
