@@ -698,8 +698,8 @@ class Environments:
         tail = "\n".join(result.output.rstrip().splitlines()[-OUTPUT_TAIL:])
         refused = [line for line in docker.proxy_log().splitlines()
                    if line.startswith("refused")]
-        hint = ("Fix [sandbox] setup (or the files it reads), then rerun: nothing was "
-                "recorded, and the environment is prepared again.")
+        hint = ("Fix [sandbox] setup (or the files it reads), then rerun: the environment is "
+                "prepared again.")
         if refused:
             hint += ("\nThe egress proxy refused:\n" + "\n".join(f"  {r}" for r in refused[-5:])
                      + "\nSetup reaches the package registries only: add a host with "

@@ -29,7 +29,7 @@ from retcon_sandbox.commands.options import (
     require_model,
     sandbox_settings,
 )
-from retcon_sandbox.errors import RetconError
+from retcon_sandbox.errors import EXIT_ERROR, RetconError
 from retcon_sandbox.reconstruct import engine
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
@@ -169,6 +169,10 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
         started.append(ctx)
         try:
             result = engine.run(ctx)
+        except RetconError as exc:
+            if exc.exit_code == EXIT_ERROR:
+                exc.hint = f"{exc.hint}\n{ctx.what_was_recorded()}".lstrip("\n")
+            raise
         finally:
             if agent is not None:
                 agent.transcript.close()

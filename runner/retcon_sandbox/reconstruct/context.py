@@ -116,6 +116,7 @@ class Run:
     speculation: Speculation | None = None  # see steps/speculate.py
     retiring: list[threading.Thread] = field(default_factory=list)  # sandboxes being removed
     retire_errors: list[Exception] = field(default_factory=list)
+    appended: list[tuple[int, Entry]] = field(default_factory=list)  # this run's, in order
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 
@@ -204,7 +205,22 @@ class Run:
 
     def append(self, commit: CommitSpec, entry: Entry) -> CommitSpec:
         self.spec, updated = self.specfile.append(commit, entry)
+        self.appended.append((commit.number, entry))
         return updated
+
+    def what_was_recorded(self) -> str:
+        """What this run wrote into the spec, in a sentence that is true wherever it stopped
+        (said after an error's hint)."""
+        name = self.spec.path.name
+        if not self.appended:
+            return f"This run recorded nothing in {name}."
+        numbers = sorted({number for number, _ in self.appended})
+        made = sum(isinstance(entry, CommitCreated) for _, entry in self.appended)
+        which = f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]} to #{numbers[-1]}"
+        commits = f"; {made} commit(s) made on {self.spec.cleaned}" if made else ""
+        entries = "entry" if len(self.appended) == 1 else "entries"
+        return (f"This run recorded {len(self.appended)} history {entries} in {name} (commit "
+                f"{which}{commits}): they are kept, and a rerun goes on from them.")
 
     def make_commit(self, commit: CommitSpec, state: WorkState, message: str
                     ) -> tuple[CommitSpec, str]:

@@ -68,8 +68,8 @@ def preflight(ctx: Run) -> None:
     environment of the tip's tree is prepared (a setup that fails or times out stops here, and
     the first commit reuses it), and the programs the build and test commands start with exist
     in it; while no commit is on the branch, the base commit must not fail for a missing
-    dependency (`base_check`). So exit 1 before the first commit means that nothing was
-    recorded."""
+    dependency (`base_check`). So an exit 1 here means that this run recorded nothing (the
+    error's hint says so: `Run.what_was_recorded`)."""
     if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
