@@ -187,6 +187,9 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     """The resource limits: a spec can only lower them below their defaults; these raise
     them (up to what the Docker engine has)."""
+    parser.add_argument("--setup-timeout", type=positive_float, metavar="S",
+                        help="seconds the whole [sandbox] setup may take (overrides [sandbox] "
+                        "setup_timeout; the only way above the default 1800)")
     parser.add_argument("--memory", metavar="SIZE", help="memory limit per sandbox (overrides "
                         "[sandbox] memory; the only way above the default 2g)")
     parser.add_argument("--cpus", type=positive_float, metavar="N", help="CPU limit per "

@@ -13,6 +13,7 @@ import json
 import re
 import socket
 import threading
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -528,3 +529,30 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
             engine.remove_image(tag)
     assert cli("clean").code == 0
     assert not engine.has_volume(str(setups[0]["cache"]))  # no environment uses it any more
+
+
+def test_a_setup_over_its_own_timeout_mid_history_says_what_was_recorded(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    """The second commit changes the setup's script, which then runs past the setup's own
+    timeout: the message names `setup_timeout` and --setup-timeout (not the commands'
+    --timeout), and says truly what this run recorded before (it used to say nothing was)."""
+    spec = make_project(tmp_path / "slow", {"setup.sh": f"# {RUN}\ntrue\n", "a.txt": "a\n"},
+                        {"setup.sh": f"# {RUN}\nsleep 300\n", "b.txt": "b\n", "c.txt": "c\n"},
+                        'setup = "sh setup.sh"\ntest = "true"\nsetup_timeout = 15',
+                        ["b.txt"], ["setup.sh", "c.txt"])
+    code, found, log = run(spec, "--setup-network", "none", "--no-package-cache")
+    assert code == 1, log
+    error = next(e for e in found if e["event"] == "error")
+    assert error["kind"] == "setup", error
+    assert error["message"] == ("setup timed out: sh setup.sh was still running when its 15 s "
+                                "were over (setup_timeout: all of [sandbox] setup's commands "
+                                "together)"), error
+    assert "--setup-timeout S" in str(error["hint"]), error
+    made = len(git(spec.parent, "rev-list", "main..feature-clean").split())
+    histories = [c.get("history", []) for c in tomllib.loads(spec.read_text())["commit"]]
+    numbers = [i for i, history in enumerate(histories, 1) if history]
+    assert numbers[0] == 1 and len(histories[0]) == 3, histories  # commit #1: complete
+    span = f"#{numbers[0]}" + (f" to #{numbers[-1]}" if len(numbers) > 1 else "")
+    assert (f"This run recorded {sum(map(len, histories))} history entries in "
+            f"history-spec.toml (commit {span}; {made} commit(s) made on feature-clean): they "
+            "are kept, and a rerun goes on from them.") in str(error["hint"]), error

@@ -17,7 +17,7 @@ from retcon_sandbox.spec.settings import (
 )
 
 ABOVE = {"memory": "256g", "workspace_size": "256g", "tmp_size": "100g", "pids": 1_000_000,
-         "cpus": 64, "timeout": 86_400}
+         "cpus": 64, "timeout": 86_400, "setup_timeout": 86_400}
 
 
 @pytest.mark.parametrize("key", sorted(LOWER_ONLY))

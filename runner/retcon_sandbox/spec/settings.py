@@ -148,8 +148,9 @@ SETTINGS: tuple[Setting, ...] = (
             "network: package registries only)", "none"),
     Setting("setup_inputs", patterns, None, "files whose content keys the prepared environment",
             "the usual manifests and lock files"),
-    Setting("timeout", number(1, 86_400), 600, "seconds per build, test or setup command",
-            "600"),
+    Setting("timeout", number(1, 86_400), 600, "seconds per build or test command", "600"),
+    Setting("setup_timeout", number(1, 86_400), 1800, "seconds the whole `setup` may take, "
+            "all its commands together", "1800"),
     Setting("memory", size(64 * MIB, 256 * GIB), 2 * GIB, "memory limit (no swap beyond it)",
             "2g"),
     Setting("cpus", number(0.1, 1024), 2.0, "CPU limit", "2"),
@@ -169,8 +170,9 @@ SETTINGS: tuple[Setting, ...] = (
 )
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 # The limits a spec may only lower, each with the command-line option that raises it.
-LOWER_ONLY = {"timeout": "--timeout", "memory": "--memory", "cpus": "--cpus", "pids": "--pids",
-              "workspace_size": "--workspace-size", "tmp_size": "--tmp-size"}
+LOWER_ONLY = {"timeout": "--timeout", "setup_timeout": "--setup-timeout", "memory": "--memory",
+              "cpus": "--cpus", "pids": "--pids", "workspace_size": "--workspace-size",
+              "tmp_size": "--tmp-size"}
 SIZES = ("memory", "workspace_size", "tmp_size")
 COMMAND_LINE = {"image": text}  # --image may also be an image ID: the user's own choice
 
@@ -202,6 +204,7 @@ class SandboxSettings:
     setup: tuple[str, ...]
     setup_inputs: tuple[str, ...] | None
     timeout: float
+    setup_timeout: float
     memory: int
     cpus: float
     pids: int
