@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retcon_sandbox import userkey
+from retcon_sandbox import deadlines, userkey
 from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
@@ -486,7 +486,7 @@ class DockerBackend:
         `prepare_first`: a --prepare in the same exec, before the command. `feed`: the
         exec's stdin (a --prepare's tree entries), sent as it starts."""
         started = time.monotonic()
-        margin = COMMAND_MARGIN_S + (PREPARE_S if prepare_first else 0.0)
+        margin = deadlines.stretched(COMMAND_MARGIN_S + (PREPARE_S if prepare_first else 0.0))
         argv = mode_args if mode_args is not None else [
             *(prepare_first.args if prepare_first else []), "--run", str(timeout), command]
         if prepare_first is not None:
@@ -705,16 +705,35 @@ def _ca_tar(bundle: bytes) -> bytes:
     return buffer.getvalue()
 
 
-def _wait_listening(engine: DockerEngine, proxy: str) -> None:
-    deadline = time.monotonic() + PROXY_READY_S
+def _wait_listening(engine: DockerEngine, proxy: str, ready_s: float = PROXY_READY_S) -> None:
+    """Until the egress proxy says it listens, within `ready_s` stretched by this machine's
+    load (a busy machine starts it slowly). A proxy that stopped, or that did not say it in
+    time, is an error that says which, with what it wrote."""
+    limit = deadlines.stretched(ready_s)
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if "listening on" in engine.container_logs(proxy):
+        logs = engine.container_logs(proxy)
+        if "listening on" in logs:
             return
-        if engine.container_status(proxy) not in ("created", "running"):
-            break
-        time.sleep(0.1)
-    raise SandboxError("the setup's egress proxy did not start: "
-                       + engine.container_logs(proxy)[-500:],
-                       "Rebuild it (`retcon-sandbox images build`); or give --setup-network "
-                       "full.")
+        if KEEPER_SAID_ENDED in logs or \
+                engine.container_status(proxy) not in ("created", "running"):
+            raise SandboxError("the setup's egress proxy stopped before it listened: "
+                               + _said(engine.container_logs(proxy)),
+                               "Rebuild our base image (`retcon-sandbox images build base`), "
+                               "or give --setup-network full (or none); report it if it "
+                               "stops again.")
+        time.sleep(0.2)
+    raise SandboxError(f"the setup's egress proxy did not say it was listening within "
+                       f"{limit:.0f} s ({deadlines.busy_note()}): "
+                       + _said(engine.container_logs(proxy)),
+                       "A busy machine or engine starts it slowly: rerun when it is less "
+                       "loaded, or give --setup-network full (or none), which needs no proxy.")
 
+
+KEEPER_SAID_ENDED = "retcon-keeper: the command ended"  # sandbox/keeper.py's line
+
+
+def _said(logs: str) -> str:
+    """The last of what a container wrote, or that it wrote nothing."""
+    text = logs.strip()[-500:]
+    return text if text else "it wrote nothing"
