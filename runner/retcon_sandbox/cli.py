@@ -14,6 +14,7 @@ import importlib
 import math
 import os
 import platform
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -124,7 +125,14 @@ def base_url(text: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors that name the command and suggest `-h`."""
+    """argparse, with usage errors that name the command and suggest `-h`. A value that starts
+    with a minus and a digit (`--setup-disk -1g`, `--shard -1/2`) is taken as the option's
+    value, to be refused by its type naming it (argparse took it for an unknown option: "expected
+    one argument"); no option of ours looks like one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
