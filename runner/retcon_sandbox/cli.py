@@ -32,7 +32,7 @@ from retcon_sandbox.errors import (
     internal_error,
 )
 from retcon_sandbox.report import JsonReporter, set_verbosity
-from retcon_sandbox.text import sanitize, url_problem
+from retcon_sandbox.text import plain_number, sanitize, url_problem
 from retcon_sandbox.verify.shard import Shard, parse_shard
 
 PROG = "retcon-sandbox"
@@ -61,7 +61,7 @@ def model_seconds(text: str) -> float:
     value = positive_float(text)
     if value > MAX_MODEL_SECONDS:
         raise argparse.ArgumentTypeError(f"expected a number of seconds of at most "
-                                         f"{MAX_MODEL_SECONDS:g}, got {text!r}")
+                                         f"{plain_number(MAX_MODEL_SECONDS)}, got {text!r}")
     return value
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from retcon_sandbox.text import plain_number
+
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(k|m|g)(?:i?b)?", re.IGNORECASE)
 _UNITS = {"k": KIB, "m": MIB, "g": GIB}
@@ -52,13 +54,13 @@ def number(floor: float, ceiling: float, integer: bool = False) -> Callable[[obj
         if not ok or isinstance(value, bool) or \
                 (isinstance(value, float) and not math.isfinite(value)):
             raise SettingError(f"expected {'a whole number' if integer else 'a number'} from "
-                               f"{floor:g} to {ceiling:g}")
+                               f"{plain_number(floor)} to {plain_number(ceiling)}")
         try:
             as_float = float(value)  # type: ignore[arg-type]
         except OverflowError:  # an integer too large for a float
             as_float = math.inf
         if not math.isfinite(as_float) or not floor <= as_float <= ceiling:
-            raise SettingError(f"must be from {floor:g} to {ceiling:g}")
+            raise SettingError(f"must be from {plain_number(floor)} to {plain_number(ceiling)}")
         return value  # type: ignore[return-value]
     return parse
 
@@ -181,7 +183,7 @@ def shown(key: str, value: object) -> str:
     """A setting's value as a person writes it."""
     if key in SIZES and isinstance(value, int):
         return human_bytes(value)
-    return f"{value:g}" if isinstance(value, int | float) else str(value)
+    return plain_number(value) if isinstance(value, int | float) else str(value)
 
 
 def above_default(key: str, value: object) -> str | None:

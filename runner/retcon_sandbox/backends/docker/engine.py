@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from retcon_sandbox import threads
 from retcon_sandbox.backends import engines
 from retcon_sandbox.errors import ImageError, SandboxError, env_number
-from retcon_sandbox.text import sanitize_name
+from retcon_sandbox.text import plain_number, sanitize_name
 
 
 class _OnFirstUse(ModuleType):
@@ -92,9 +92,9 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
     if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
         return SandboxError(
             f"the Docker engine at {where} accepted the connection but did not answer within "
-            f"{deadline:g} s", f"Check that {setting} names a Docker engine and that it is "
-            "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
-            "a slow one.")
+            f"{plain_number(deadline)} s", f"Check that {setting} names a Docker engine and "
+            "that it is not stuck (`docker info` must answer), or raise "
+            "RETCON_SANDBOX_ENGINE_TIMEOUT for a slow one.")
     if endpoint.host.startswith("ssh://"):
         return SandboxError(
             f"no Docker engine answers at {where}: {_first_line(exc)}",
