@@ -94,6 +94,14 @@ TREE = {path: TreeEntry("100644", f"{n:040x}") for n, path in enumerate([
     ("pip install -e .", set()),
     ("pip install pytest", set()),
     ("sh $HOME/x.sh /etc/passwd ../outside.sh", set()),
+    # a shell pattern names what it matches in the tree (it used to name nothing)
+    ("cp *.sh /usr/local/bin/", {"install.sh"}),
+    ("cd scripts && cp *.sh /opt/", {"install.sh", "scripts/setup.sh", "scripts/lib/real.sh"}),
+    ("python tools/[xy].* && cp req/d?v.txt constraints/[!a]*.txt /x",
+     {"tools/x.py", "tools/y.sh", "req/dev.txt", "constraints/ci.txt"}),
+    ("cp -r vendor/* /opt/", {"vendor/pkg/setup.py", "vendor/pkg/pkg/__init__.py"}),
+    ("cp */*.txt /x", {"req/dev.txt", "constraints/ci.txt", "docs/requirements.txt"}),
+    ("cp *.pth [z-a] /x", set()),
 ])
 def test_tracked_files_a_setup_command_names_key_the_environment(command: str,
                                                                   named: set[str]) -> None:

@@ -882,6 +882,7 @@ def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
     (split loosely, so that quoted and nested commands, `-r FILE`, `-rFILE`, `--opt=FILE` and
     `<FILE` count too) names a path from the root or from any directory a `cd` in the command
     names; a named file counts, and so does every file under a named directory (but the root);
+    a word with a shell pattern (`cp *.pth`, `req/[a-c]?.txt`) names what it matches in the tree;
     `make` names the makefiles; a tracked symbolic link names its target too. With `read`, the
     text of each named file is read the same way (from the root and from its own directory):
     the script a script sources, the `-r base.txt` of a requirements file. `also`: paths named
@@ -966,6 +967,9 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
     while pending:  # ends: a path is followed once, and at most _SCANNED files add names
         path = pending.pop()
         entry = entries.get(path)
+        if entry is None and _GLOB.search(path):
+            pending.extend(sorted(_matching(path, entries) - named))
+            continue
         if entry is None:
             prefix = path + "/"
             named.update(p for p in entries if p.startswith(prefix))
@@ -990,10 +994,50 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
     return named
 
 
+def _matching(pattern: str, entries: dict[str, TreeEntry]) -> set[str]:
+    """The tree's files a shell pattern names: those it matches, and every file under a folder
+    it matches (a `*` or `?` never crosses a `/`; a hidden name is matched too: more, not less,
+    keys the environment)."""
+    try:
+        regex = re.compile("/".join(_glob_part(part) for part in pattern.split("/")))
+    except re.error:  # a class no shell takes either (`[z-a]`): it matches nothing
+        return set()
+    depth = pattern.count("/") + 1
+    return {path for path in entries
+            if path.count("/") + 1 >= depth and regex.fullmatch("/".join(
+                path.split("/")[:depth]))}
+
+
+def _glob_part(part: str) -> str:
+    """One path component of a shell pattern, as a regular expression."""
+    out, i = [], 0
+    while i < len(part):
+        char = part[i]
+        close = part.find("]", i + 2) if char == "[" else -1
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif close != -1:
+            body = part[i + 1:close]
+            negated = body[:1] in ("!", "^")
+            body = body[1:] if negated else body
+            out.append(("[^/" if negated else "[") + re.sub(r"([\\^\[\]])", r"\\\1", body)
+                       + "]")
+            i = close
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
 def _normal(word: str) -> str | None:
     """A word as a repository-relative path (`./a//b` is `a/b`, `a/../b` is `b`), or None if
-    it cannot be one."""
-    if word.startswith(("/", "~")) or "$" in word or "*" in word:
+    it cannot be one. A shell pattern stays one (`_matching` reads it)."""
+    if word.startswith(("/", "~")) or "$" in word:
         return None
     parts: list[str] = []
     for part in word.split("/"):
