@@ -180,6 +180,11 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup-registry", action="append", metavar="HOST",
                         help="let setup also reach HOST (a private index or mirror; "
                         "\".example.com\" for every host under it; repeatable)")
+    parser.add_argument("--setup-allow-address", action="append", metavar="ADDR",
+                        help="let setup's egress proxy connect to ADDR (an address or a "
+                        "network) although it is in a documentation, private or reserved range: "
+                        "a network whose resolver answers there, a private mirror (repeatable; "
+                        "never loopback, link-local or the engine host)")
     parser.add_argument("--setup-disk", type=size_option, metavar="SIZE", default="4g",
                         help="the most a [sandbox] setup may write into its environment "
                         "(default 4g); above it the run stops and nothing is kept. The "

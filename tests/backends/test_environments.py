@@ -179,7 +179,8 @@ def test_the_proxy_allows_named_registries_only(host: str, ok: bool) -> None:
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True), ("x", True), ("fec0::1", True),
     ("::ffff:0:a9fe:a9fe", True), ("192.88.99.1", True),
     ("151.101.0.223", False), ("2a04:4e42::223", False),
-    ("203.0.113.80", False),  # documentation: where this network's TLS interception answers
+    ("192.0.2.1", True), ("198.51.100.7", True), ("203.0.113.80", True),  # documentation
+    ("2001:db8::1", True), ("::ffff:198.51.100.7", True),
 ])
 def test_the_proxy_never_connects_to_private_or_metadata_addresses(address: str, bad: bool
                                                                     ) -> None:

@@ -9,6 +9,7 @@ not answer here, so the Node project has no dependencies.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.hostaccess import REGISTRIES
 from retcon_sandbox.report import FORMATS
 from tests.conftest import ROOT, cli, git
 
@@ -97,9 +99,26 @@ def remove_prepared(engine: DockerEngine) -> Iterator[None]:
         engine.remove_volume(name)
 
 
+def intercepted() -> tuple[str, ...]:
+    """`--setup-allow-address` for each address a registry resolves to here that the egress
+    proxy refuses as a documentation range: where this network's TLS interception answers."""
+    found: set[str] = set()
+    for host in REGISTRIES:
+        with contextlib.suppress(OSError):
+            for info in socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM):
+                address = ipaddress.ip_address(info[4][0])
+                if any(address in ipaddress.ip_network(n) for n in DOCUMENTATION):
+                    found.add(str(address))
+    return tuple(arg for address in sorted(found) for arg in ("--setup-allow-address", address))
+
+
+DOCUMENTATION = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+ALLOW = intercepted()
+
+
 def run(spec: Path, *extra: str, env: dict[str, str] | None = None
         ) -> tuple[int, list[dict[str, object]], str]:
-    result = cli("execute", str(spec), "--json", "--non-interactive", *extra, env=env,
+    result = cli("execute", str(spec), "--json", "--non-interactive", *ALLOW, *extra, env=env,
                  timeout=900)
     found = events(result.out)
     MADE.extend(prepared(found))
@@ -125,13 +144,14 @@ def assert_rerun_prepares_nothing(engine: DockerEngine, spec: Path) -> None:
     """With the results forgotten, verify builds and tests both commits again, from the kept
     environments; --no-cache prepares them again."""
     git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
-    result = cli("verify", "--spec", str(spec), "--json", cwd=spec.parent, timeout=900)
+    result = cli("verify", "--spec", str(spec), "--json", *ALLOW, cwd=spec.parent,
+                 timeout=900)
     found = events(result.out)
     assert result.code == 0, result.out + result.err
     assert not [e for e in found if e["event"] in ("setup", "setup_ready")], result.out
     assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [False, False]
     kept = [engine.image_id(tag) for tag in sorted(set(MADE)) if engine.has_image(tag)]
-    again = cli("verify", "--spec", str(spec), "--json", "--no-cache", cwd=spec.parent,
+    again = cli("verify", "--spec", str(spec), "--json", "--no-cache", *ALLOW, cwd=spec.parent,
                 timeout=900)
     assert again.code == 0, again.out + again.err
     MADE.extend(prepared(events(again.out)))
@@ -516,7 +536,7 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
                                                                     "kept-3"], log
     git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
     result = cli("verify", "--spec", str(spec), "--json", "--no-cache", "--no-package-cache",
-                 cwd=spec.parent, timeout=900)
+                 *ALLOW, cwd=spec.parent, timeout=900)
     again = events(result.out)
     MADE.extend(prepared(again))
     assert result.code == 0, result.out + result.err

@@ -582,7 +582,8 @@ class Environments:
         commands = self.settings.setup
         with docker.open_setup("setup", self.policy.network, self.policy.registries,
                                ca[1] if ca else None, cache,
-                               lifetime=self.settings.setup_timeout + SETUP_MARGIN_S) as box:
+                               lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
+                               allowed=self.policy.allowed_addresses) as box:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
             self._prepare_workspace(box, tree, version)

@@ -80,6 +80,7 @@ class ExecuteOptions:
     base_check: bool = True
     setup_network: str = "registries"
     setup_registry: tuple[str, ...] = ()
+    setup_allow_address: tuple[str, ...] = ()
     setup_disk: int = hostaccess.SETUP_DISK
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
     package_cache: bool = True
@@ -103,6 +104,7 @@ class ExecuteOptions:
                    accept_provenance=args.accept_provenance, adopt_branch=args.adopt_branch,
                    base_check=not args.no_base_check, setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
+                   setup_allow_address=tuple(args.setup_allow_address or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
                    package_cache=not args.no_package_cache,
                    limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes,
@@ -127,7 +129,8 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
                                           options.setup_disk, options.keep_environments,
-                                          options.package_cache)
+                                          options.package_cache,
+                                          list(options.setup_allow_address))
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)

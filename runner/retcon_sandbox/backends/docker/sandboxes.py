@@ -231,15 +231,16 @@ class DockerBackend:
 
     @contextlib.contextmanager
     def open_setup(self, label: str, network: str, registries: tuple[str, ...],
-                   ca_bundle: bytes | None, cache: str | None = None, lifetime: float = 0.0
-                   ) -> Iterator[DockerSandbox]:
+                   ca_bundle: bytes | None, cache: str | None = None, lifetime: float = 0.0,
+                   allowed: tuple[str, ...] = ()) -> Iterator[DockerSandbox]:
         """A sandbox for `[sandbox] setup`: hardened like any other, but its root is writable
         (it becomes the prepared image) and it has the network `network` names: `registries`
         (an internal network whose only way out is the egress proxy), `full` or `none`. The
         variables naming the proxy and the host's CA bundle reach the setup's commands only;
         the bundle's file (public certificates) stays in the image at CA_PATH. `cache`: the
         package cache's volume, mounted at CACHE_PATH (never part of the image). `lifetime`:
-        the setup's own deadline, past which its container and proxy end themselves."""
+        the setup's own deadline, past which its container and proxy end themselves.
+        `allowed`: --setup-allow-address's networks, which the egress proxy may reach."""
         with contextlib.ExitStack() as stack:
             kwargs = {**self.create_kwargs(label, lifetime=lifetime), "read_only": False}
             env = dict(self.env)
@@ -248,8 +249,8 @@ class DockerBackend:
                 env.update(CACHE_VARIABLES)
             if network == "registries":
                 kwargs.pop("network_mode")
-                kwargs["network"], proxy = stack.enter_context(self._egress(registries,
-                                                                            lifetime))
+                kwargs["network"], proxy = stack.enter_context(
+                    self._egress(registries, lifetime, allowed))
                 kwargs["dns"] = [NO_DNS]
                 env.update(proxy_variables(proxy))
             elif network == "full":
@@ -393,8 +394,8 @@ class DockerBackend:
         self.engine.discard_container(container_id)
 
     @contextlib.contextmanager
-    def _egress(self, registries: tuple[str, ...], lifetime: float = 0.0
-                ) -> Iterator[tuple[str, str]]:
+    def _egress(self, registries: tuple[str, ...], lifetime: float = 0.0,
+                allowed: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
         """An internal network whose only way out is the egress proxy (`sandbox/egress.py`),
         itself on an ordinary network: (the internal network's name, the proxy's URL). The
         internal network's bridge has no address on the host (`inhibit_ipv4`), so nothing
@@ -422,7 +423,7 @@ class DockerBackend:
                     image=image, entrypoint=["/usr/bin/python3"],  # our base's
                     command=["-I", "-S", "-c", keeper_source(), str(LEASE_S), str(lifetime),
                              "/usr/bin/python3", "-I", "-S", "-c", egress_source(),
-                             str(PROXY_PORT), *registries,
+                             str(PROXY_PORT), *registries, *(f"--allow={a}" for a in allowed),
                              *(f"--block={a}" for a in engine.host_addresses())],
                     stdin_open=True, detach=False, auto_remove=True,
                     user=f"{UID}:{GID}", network=outside, cap_drop=["ALL"],
