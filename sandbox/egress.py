@@ -9,15 +9,20 @@ host. It never connects to a loopback, private, link-local (169.254.169.254, clo
 shared, multicast or reserved address, nor an IPv6 address embedding one (BLOCKED): it resolves
 the name itself, checks every address, and connects to the address it checked. TLS passes
 through untouched. A request head must arrive within HEAD_TIMEOUT seconds, and at most
-MAX_CLIENTS connections are served at once. Each decision is one line on stderr, which the host
-reads.
+MAX_CLIENTS connections are served at once: when all are taken, the one idle longest (no byte
+either way for EVICT_IDLE seconds at least) is closed for a new client, so idle tunnels cannot
+lock others out. Each decision is one line on stderr, which the host reads.
 
 The engine host's own addresses are refused too, whatever range they are in: those the host
 names (`--block=ADDR`: every network's gateway and, for a local engine, its interfaces), and
-this container's gateways and own addresses. A plain HTTP connection carries one request and
-its response, then closes (a second, pipelined request never reaches the upstream, which may
-serve other hosts); a request body is forwarded by its Content-Length only. A tunnel (CONNECT)
-idle in both directions for IDLE_TIMEOUT seconds is closed.
+this container's gateways and own addresses. `--allow=NET` (the user's --setup-allow-address)
+lifts the block of a documentation, private or reserved range for the addresses in NET, never
+for loopback, link-local, unspecified or multicast ones (NEVER) nor the host's.
+
+A plain HTTP connection carries one request and its response, then closes (a second, pipelined
+request never reaches the upstream, which may serve other hosts); a request body is forwarded by
+its Content-Length only. A tunnel (CONNECT) idle in both directions for IDLE_TIMEOUT seconds is
+closed.
 """
 
 from __future__ import annotations
@@ -28,17 +33,25 @@ import ipaddress
 import re
 import socket
 import sys
+from typing import Union
 
 # Never connected to: this host, private, shared (CGNAT), loopback, link-local (cloud
-# metadata), IETF protocol assignments, benchmarking, multicast and reserved ranges; IPv6's own
-# and those that embed or translate IPv4 (IPv4-compatible, NAT64, 6to4, Teredo). Documentation
-# ranges are not listed: no host service lives there, and TLS-intercepting networks answer there.
-BLOCKED = [ipaddress.ip_network(n) for n in (
+# metadata), IETF protocol assignments, documentation (TEST-NET-1 to 3, 2001:db8::/32: not
+# routed, so what answers there is on the local network), benchmarking, multicast and reserved
+# ranges; IPv6's own and those that embed or translate IPv4 (IPv4-compatible, NAT64, 6to4,
+# Teredo).
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+BLOCKED: list[Network] = [ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-    "172.16.0.0/12", "192.0.0.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
-    "224.0.0.0/4", "240.0.0.0/4",
+    "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
+    "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
     "::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23",
-    "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")]
+    "2001:db8::/32", "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")]
+# Never lifted by --allow: loopback, link-local (cloud metadata), unspecified, multicast.
+NEVER: list[Network] = [ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32",
+    "::/128", "::1/128", "fe80::/10", "ff00::/8")]
+ALLOWED: list[Network] = []  # --allow=NET
 # The engine host's own addresses (--block=ADDR, and this container's gateways and addresses)
 EXTRA_BLOCKED: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
 HEAD_LIMIT = 64 * 1024
@@ -47,6 +60,7 @@ IDLE_TIMEOUT = 60.0
 BODY_LIMIT = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 20.0
 MAX_CLIENTS = 128
+EVICT_IDLE = 5.0
 
 
 def blocked(address: str) -> bool:
@@ -60,9 +74,16 @@ def blocked(address: str) -> bool:
         embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
         if embedded is not None and blocked(str(embedded)):
             return True
-    if ip in EXTRA_BLOCKED:
+    if ip in EXTRA_BLOCKED or _in(ip, NEVER):
         return True
-    return any(ip in network for network in BLOCKED if network.version == ip.version)
+    if _in(ip, ALLOWED):
+        return False
+    return _in(ip, BLOCKED)
+
+
+def _in(ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
+        networks: list[Network]) -> bool:
+    return any(ip in network for network in networks if network.version == ip.version)
 
 
 def own_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
@@ -86,13 +107,17 @@ def own_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
 
 def host_addresses(args: list[str]
                    ) -> tuple[set[ipaddress.IPv4Address | ipaddress.IPv6Address], list[str]]:
-    """(`--block=ADDR` addresses, the registries) from the command line."""
+    """(`--block=ADDR` addresses, the registries) from the command line; `--allow=NET`
+    networks go to ALLOWED."""
     blocked_here: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
     hosts: list[str] = []
     for arg in args:
         if arg.startswith("--block="):
             with contextlib.suppress(ValueError):
                 blocked_here.add(ipaddress.ip_address(arg[len("--block="):].split("%", 1)[0]))
+        elif arg.startswith("--allow="):
+            with contextlib.suppress(ValueError):
+                ALLOWED.append(ipaddress.ip_network(arg[len("--allow="):], strict=False))
         else:
             hosts.append(arg.lower())
     return blocked_here, hosts
@@ -261,11 +286,14 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                allowed: list[str]) -> None:
+                allowed: list[str], activity: Activity | None = None) -> None:
+    """One client's request; `activity`: the client's, which `Clients` watches."""
+    activity = activity or Activity(IDLE_TIMEOUT)
     head = await read_head(reader)
     if head is None:
         writer.close()
         return
+    activity.touch()
     first = head.split(b"\r\n", 1)[0].decode("latin-1")[:200]
     try:
         method, host, port, rest = parse(head)
@@ -286,17 +314,16 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     if method == "CONNECT":
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        activity = Activity(IDLE_TIMEOUT)
         activity.writers = [writer, up_writer]
         await asyncio.gather(pipe(reader, up_writer, activity),
                              pipe(up_reader, writer, activity))
         return
-    await one_request(reader, writer, up_reader, up_writer, rest)
+    await one_request(reader, writer, up_reader, up_writer, rest, activity)
 
 
 async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                      head: bytes) -> None:
+                      head: bytes, activity: Activity | None = None) -> None:
     """Plain HTTP: the head, then the body its Content-Length declares, and nothing more
     from the client; the response until the upstream closes (the head asked it to); then
     both connections close. Bytes pipelined after the request are never forwarded."""
@@ -311,6 +338,8 @@ async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
             if not data:
                 raise ConnectionError("the client closed before its body ended")
             length -= len(data)
+            if activity is not None:
+                activity.touch()
             up_writer.write(data)
             await up_writer.drain()
     except (ConnectionError, OSError, asyncio.TimeoutError):
@@ -318,34 +347,66 @@ async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
             with contextlib.suppress(OSError):
                 each.close()
         return
-    activity = Activity(IDLE_TIMEOUT)
+    activity = activity or Activity(IDLE_TIMEOUT)
     activity.writers = [writer, up_writer]
     await pipe(up_reader, writer, activity)
     with contextlib.suppress(OSError):
         up_writer.close()
 
 
-async def main(port: int, allowed: list[str]) -> None:
-    clients = 0
+class Clients:
+    """The connections served at once, each with its Activity: at most `limit`. When all are
+    taken, a new client takes the place of the one idle longest, if no byte went either way on
+    it for `evict_idle` seconds (a tunnel left open, a head that never came); else it is
+    refused: every one is busy."""
+
+    def __init__(self, limit: int, evict_idle: float) -> None:
+        self.limit = limit
+        self.evict_idle = evict_idle
+        self.open: set[Activity] = set()
+
+    def admit(self, activity: Activity) -> bool:
+        if len(self.open) >= self.limit:
+            idlest = min(self.open, key=lambda a: a.last)
+            idle = asyncio.get_running_loop().time() - idlest.last
+            if idle < self.evict_idle:
+                return False
+            log(f"closed a connection idle for {idle:.0f} s: {self.limit} were open")
+            self.open.discard(idlest)
+            idlest.close()
+        self.open.add(activity)
+        return True
+
+    def leave(self, activity: Activity) -> None:
+        self.open.discard(activity)
+
+
+async def main(port: int, allowed: list[str], limit: int = MAX_CLIENTS,
+               ready: asyncio.Future[int] | None = None) -> None:
+    """Serve on `port` (0: any; its number is set on `ready`) until cancelled."""
+    clients = Clients(limit, EVICT_IDLE)
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal clients
-        if clients >= MAX_CLIENTS:
-            log(f"refused a connection: {MAX_CLIENTS} already open")
+        activity = Activity(IDLE_TIMEOUT)
+        activity.writers = [writer]
+        if not clients.admit(activity):
+            log(f"refused a connection: {limit} already open, none idle")
             writer.close()
             return
-        clients += 1
         try:
-            await serve(reader, writer, allowed)
+            await serve(reader, writer, allowed, activity)
         except (ConnectionError, OSError):
             writer.close()
         except Exception as exc:  # one bad request never stops the proxy: logged, closed
             log(f"error: {type(exc).__name__}: {str(exc)[:200]}")
             writer.close()
         finally:
-            clients -= 1
+            clients.leave(activity)
 
     server = await asyncio.start_server(client, "0.0.0.0", port, limit=HEAD_LIMIT)
+    port = server.sockets[0].getsockname()[1]
+    if ready is not None:
+        ready.set_result(port)
     log(f"listening on {port} for: {' '.join(allowed)}")
     async with server:
         await server.serve_forever()

@@ -3,6 +3,7 @@ know or swap it; given by RETCON_SANDBOX_NOTES_KEY in CI."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -31,11 +32,19 @@ def test_made_on_first_use_private_and_kept(state: Path) -> None:
     assert [p.name for p in state.parent.iterdir()] == ["notes.key"]  # no temporary left
 
 
-def refused(state: Path) -> str:
+FIRST = "5f0e9a3c7b1d2e8f4a6c0b9d3e7f1a2c8b4d6e0f9a1c3b5d7e2f4a6c8b0d1e3f"  # random, as
+SECOND = "c2a7e9f13b5d8046a1e3c7b9d2f4068ae1c3b5d79f2e4a6c8b0d1f3e5a7c9b2d"  # CI's would be
+
+
+def refusal(state: Path) -> ConfigError:
     userkey._loaded.clear()
     with pytest.raises(ConfigError) as caught:
         userkey.load()
-    return caught.value.message
+    return caught.value
+
+
+def refused(state: Path) -> str:
+    return refusal(state).message
 
 
 def test_a_key_anyone_else_could_know_or_swap_is_refused(state: Path, tmp_path: Path) -> None:
@@ -73,10 +82,10 @@ def test_ci_gives_the_key_in_the_environment(state: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv(userkey.ENV, "short")
     with pytest.raises(ConfigError, match="too short"):
         userkey.load()
-    monkeypatch.setenv(userkey.ENV, "a" * 64)
+    monkeypatch.setenv(userkey.ENV, FIRST)
     first = userkey.load()
-    assert first.secret == b"a" * 64 and not state.exists()  # no file is made
-    monkeypatch.setenv(userkey.ENV, "b" * 64)
+    assert first.secret == FIRST.encode() and not state.exists()  # no file is made
+    monkeypatch.setenv(userkey.ENV, SECOND)
     second = userkey.load()
     assert first.mac(b"x") != second.mac(b"x")
     assert first.digest("pass-env", {"TOKEN": "1"}) != second.digest("pass-env", {"TOKEN": "1"})
@@ -86,6 +95,77 @@ def test_ci_gives_the_key_in_the_environment(state: Path, monkeypatch: pytest.Mo
 
 def test_a_key_in_the_environment_may_be_any_bytes(state: Path, monkeypatch: pytest.MonkeyPatch
                                                   ) -> None:
-    monkeypatch.setenv(userkey.ENV, "\udcff" * 40)  # 40 bytes 0xff, not UTF-8
+    raw = bytes(b | 0x80 for b in hashlib.sha256(b"k").digest() * 2)[:40]  # not UTF-8
+    monkeypatch.setenv(userkey.ENV, raw.decode("utf-8", "surrogateescape"))
     key = userkey.load()
-    assert key.secret == b"\xff" * 40 and key.mac(b"x") != userkey.UserKey(b"a" * 40, "").mac(b"x")
+    assert key.secret == raw and key.mac(b"x") != userkey.UserKey(b"a" * 40, "").mac(b"x")
+
+
+def test_a_key_with_other_names_or_in_a_folder_others_write_is_refused(state: Path,
+                                                                       tmp_path: Path) -> None:
+    """A hard link is the same file under another name, which may be somewhere others can
+    read or swap; a folder others can write lets them replace the key with theirs."""
+    userkey.load()
+    secret = state.read_bytes()
+    other = tmp_path / "elsewhere.key"
+    os.link(state, other)
+    caught = refusal(state)
+    assert "is a hard link (the file has 2 names)" in caught.message
+    assert f"rm {state}" in caught.hint and "chmod" not in caught.hint
+    other.unlink()
+    folder = state.parent
+    folder.chmod(0o777)
+    caught = refusal(state)
+    assert f"is in a folder others can write ({folder}, mode 777)" in caught.message
+    assert f"chmod go-w {folder}" in caught.hint and f"rm {state}" in caught.hint
+    folder.chmod(0o1777)  # sticky, as /tmp: nobody renames what is not theirs
+    userkey._loaded.clear()
+    assert userkey.load().secret.hex() in secret.decode()
+    folder.chmod(0o700)
+
+
+def test_each_refusal_gives_the_remedy_that_fits_it(state: Path, tmp_path: Path) -> None:
+    userkey.load()
+    secret = state.read_bytes()
+    state.chmod(0o644)  # perhaps read: a new key, unless nobody could have
+    caught = refusal(state)
+    assert f"rm {state}" in caught.hint and f"chmod 600 {state}" in caught.hint
+    state.unlink()
+    planted = tmp_path / "planted"
+    planted.write_bytes(secret)
+    planted.chmod(0o600)
+    state.symlink_to(planted)  # chmod would change the target, and fix nothing
+    caught = refusal(state)
+    assert f"rm {state}" in caught.hint and "chmod" not in caught.hint
+    state.unlink()
+    state.mkdir()  # `rm` does not remove a folder
+    caught = refusal(state)
+    assert f"mv {state} {state}.old" in caught.hint and "rm " not in caught.hint
+    state.rmdir()
+    state.write_bytes(b"not a key\n")
+    state.chmod(0o600)
+    caught = refusal(state)
+    assert f"rm {state}" in caught.hint and "chmod" not in caught.hint
+
+
+@pytest.mark.parametrize("secret", ["a" * 64, "ab" * 32, "0123456789" * 4, "password" * 4,
+                                    "abcdefghijklmnopqrstuvwxyz0123456789",
+                                    "k" * 40 + "1"])
+def test_a_shared_key_plainly_not_random_is_refused(state: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    secret: str) -> None:
+    monkeypatch.setenv(userkey.ENV, secret)
+    caught = refusal(state)
+    assert caught.message.startswith(f"{userkey.ENV} is plainly not random (about ")
+    assert "openssl rand -hex 32" in caught.hint and "secret store" in caught.hint
+    assert not state.exists()
+
+
+@pytest.mark.parametrize("secret", [FIRST, "5f0e9a3c7b1d2e8f4a6c0b9d3e7f1a2c",
+                                    "a shared secret from the CI's store, 40 chars",
+                                    "qX7-vR2_mK9pL4tZ8wN1cB6hJ3yF0sD5"])
+def test_a_random_or_long_enough_key_is_taken(state: Path, monkeypatch: pytest.MonkeyPatch,
+                                              secret: str) -> None:
+    """32 random hexadecimal digits are 128 bits: the least taken."""
+    monkeypatch.setenv(userkey.ENV, secret)
+    userkey._loaded.clear()
+    assert userkey.load().secret == secret.encode()

@@ -14,6 +14,7 @@ import importlib
 import math
 import os
 import platform
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from retcon_sandbox.errors import (
     internal_error,
 )
 from retcon_sandbox.report import JsonReporter, set_verbosity
-from retcon_sandbox.text import sanitize, url_problem
+from retcon_sandbox.text import plain_number, sanitize, url_problem
 from retcon_sandbox.verify.shard import Shard, parse_shard
 
 PROG = "retcon-sandbox"
@@ -60,7 +61,7 @@ def model_seconds(text: str) -> float:
     value = positive_float(text)
     if value > MAX_MODEL_SECONDS:
         raise argparse.ArgumentTypeError(f"expected a number of seconds of at most "
-                                         f"{MAX_MODEL_SECONDS:g}, got {text!r}")
+                                         f"{plain_number(MAX_MODEL_SECONDS)}, got {text!r}")
     return value
 
 
@@ -124,7 +125,14 @@ def base_url(text: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors that name the command and suggest `-h`."""
+    """argparse, with usage errors that name the command and suggest `-h`. A value that starts
+    with a minus and a digit (`--setup-disk -1g`, `--shard -1/2`) is taken as the option's
+    value, to be refused by its type naming it (argparse took it for an unknown option: "expected
+    one argument"); no option of ours looks like one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -172,6 +180,11 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup-registry", action="append", metavar="HOST",
                         help="let setup also reach HOST (a private index or mirror; "
                         "\".example.com\" for every host under it; repeatable)")
+    parser.add_argument("--setup-allow-address", action="append", metavar="ADDR",
+                        help="let setup's egress proxy connect to ADDR (an address or a "
+                        "network) although it is in a documentation, private or reserved range: "
+                        "a network whose resolver answers there, a private mirror (repeatable; "
+                        "never loopback, link-local or the engine host)")
     parser.add_argument("--setup-disk", type=size_option, metavar="SIZE", default="4g",
                         help="the most a [sandbox] setup may write into its environment "
                         "(default 4g); above it the run stops and nothing is kept. The "
@@ -187,6 +200,9 @@ def _sandbox_option(parser: argparse.ArgumentParser) -> None:
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     """The resource limits: a spec can only lower them below their defaults; these raise
     them (up to what the Docker engine has)."""
+    parser.add_argument("--setup-timeout", type=positive_float, metavar="S",
+                        help="seconds the whole [sandbox] setup may take (overrides [sandbox] "
+                        "setup_timeout; the only way above the default 1800)")
     parser.add_argument("--memory", metavar="SIZE", help="memory limit per sandbox (overrides "
                         "[sandbox] memory; the only way above the default 2g)")
     parser.add_argument("--cpus", type=positive_float, metavar="N", help="CPU limit per "

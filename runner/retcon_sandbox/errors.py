@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from retcon_sandbox.text import plain_number
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -134,9 +136,10 @@ def env_number(name: str, default: float, integer: bool = False, meaning: str = 
     if math.isfinite(value) and 0 < value <= maximum:
         return value
     kind = "a whole number" if integer else "a number"
-    allowed = f"{kind} greater than 0 and at most {maximum:g}"
+    allowed = f"{kind} greater than 0 and at most {plain_number(maximum)}"
     raise ConfigError(f"{name}={_shown(raw)} is not {allowed}",
-                      f"Set {name} to {meaning or allowed}, or unset it (default {default:g}).")
+                      f"Set {name} to {meaning or allowed}, or unset it (default "
+                      f"{plain_number(default)}).")
 
 
 def _shown(raw: str, limit: int = 40) -> str:

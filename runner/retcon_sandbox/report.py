@@ -206,7 +206,9 @@ def _invented(item: dict[str, Any] | None) -> str:
 
 
 def _summary(d: dict[str, Any]) -> str:
-    lines = ["", "Complete!" if d["complete"] else "Stopped."]
+    code = d.get("exit_code", 0 if d["complete"] else 1)
+    lines = ["", "Complete!" if d["complete"] and code == 0 else
+             f"Finished, but not complete (exit {code}): see below."]
     if d.get("squashed") and d["fixes"]:
         lines.append(f"  {d['logical']} logical commits, {d['fixes']} fix commit(s) squashed "
                      "into them")

@@ -60,6 +60,11 @@ def egress_source() -> str:
     return (files("retcon_sandbox.sandbox") / "egress.py").read_text(encoding="utf-8")
 
 
+@cache  # read once per process (the first process of every container)
+def keeper_source() -> str:
+    return (files("retcon_sandbox.sandbox") / "keeper.py").read_text(encoding="utf-8")
+
+
 def dockerfiles() -> Traversable:
     """The folder of image build contexts: one sub-folder with a Dockerfile per image."""
     return files("retcon_sandbox.dockerfiles")

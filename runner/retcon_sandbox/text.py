@@ -10,6 +10,7 @@ terminal), DEL, bidirectional controls and zero-width characters, and bytes that
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,6 +72,17 @@ def restore_undecodable(text: str) -> str:
 def _byte(match: re.Match[str]) -> str:
     hexa, octal = match.groups()
     return chr(0xDC00 + (int(hexa, 16) if hexa else int(octal, 8)))
+
+
+def plain_number(value: float) -> str:
+    """A number as a person writes it: a whole one in full (`1000000`, never `1e+06`), another
+    with the digits it needs (`0.5`, `2.25`)."""
+    if isinstance(value, int) or (math.isfinite(value) and value == int(value)):
+        return str(int(value))
+    if not math.isfinite(value):
+        return str(value)
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text if text not in ("0", "-0") else f"{value:.3g}"
 
 
 def indent(text: str, prefix: str) -> str:

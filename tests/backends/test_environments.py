@@ -94,6 +94,14 @@ TREE = {path: TreeEntry("100644", f"{n:040x}") for n, path in enumerate([
     ("pip install -e .", set()),
     ("pip install pytest", set()),
     ("sh $HOME/x.sh /etc/passwd ../outside.sh", set()),
+    # a shell pattern names what it matches in the tree (it used to name nothing)
+    ("cp *.sh /usr/local/bin/", {"install.sh"}),
+    ("cd scripts && cp *.sh /opt/", {"install.sh", "scripts/setup.sh", "scripts/lib/real.sh"}),
+    ("python tools/[xy].* && cp req/d?v.txt constraints/[!a]*.txt /x",
+     {"tools/x.py", "tools/y.sh", "req/dev.txt", "constraints/ci.txt"}),
+    ("cp -r vendor/* /opt/", {"vendor/pkg/setup.py", "vendor/pkg/pkg/__init__.py"}),
+    ("cp */*.txt /x", {"req/dev.txt", "constraints/ci.txt", "docs/requirements.txt"}),
+    ("cp *.pth [z-a] /x", set()),
 ])
 def test_tracked_files_a_setup_command_names_key_the_environment(command: str,
                                                                   named: set[str]) -> None:
@@ -171,7 +179,8 @@ def test_the_proxy_allows_named_registries_only(host: str, ok: bool) -> None:
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True), ("x", True), ("fec0::1", True),
     ("::ffff:0:a9fe:a9fe", True), ("192.88.99.1", True),
     ("151.101.0.223", False), ("2a04:4e42::223", False),
-    ("203.0.113.80", False),  # documentation: where this network's TLS interception answers
+    ("192.0.2.1", True), ("198.51.100.7", True), ("203.0.113.80", True),  # documentation
+    ("2001:db8::1", True), ("::ffff:198.51.100.7", True),
 ])
 def test_the_proxy_never_connects_to_private_or_metadata_addresses(address: str, bad: bool
                                                                     ) -> None:
@@ -360,7 +369,7 @@ def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.M
     import json
 
     passed = {"PIP_INDEX_URL": "https://user:secret@index.example/simple"}
-    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "k" * 40)
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "9c4e1f7a0b3d8e25c6f14a9b7d02e8c3f5a1b6d4")
     first = LocalBackend(passed).environment()
     env = {"PATH": os.environ.get("PATH", ""), **passed}
     plain = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
@@ -368,7 +377,7 @@ def test_passed_variables_key_the_environment_by_hmac_only(monkeypatch: pytest.M
     assert LocalBackend(passed).environment() == first
     assert LocalBackend({"PIP_INDEX_URL": "other"}).environment() != first
     assert LocalBackend({"PIP_EXTRA": passed["PIP_INDEX_URL"]}).environment() != first
-    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "3e8b5a1f9d2c7e04b6a83f1d5c9e27b0a4d6f8c1")
     assert LocalBackend(passed).environment() != first
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.hostaccess import credential_problem
+from retcon_sandbox.errors import UsageError
 from tests.conftest import Demo, cli, git
 
 LOCAL = ("--sandbox", "local", "--non-interactive")
@@ -64,3 +66,16 @@ def test_bad_pass_env_is_refused_before_anything_is_written(
     assert "Traceback" not in result.err
     assert demo.spec.read_bytes() == before
     assert git(demo.path, "branch", "--list", "feature-clean") == ""
+
+
+def test_setup_allow_address_takes_networks_never_loopback_or_metadata() -> None:
+    access = hostaccess.from_command_line([], False, allowed_addresses=[
+        "203.0.113.80", " 10.20.0.0/16", "2001:db8::1"])
+    assert access.setup.allowed_addresses == ("203.0.113.80/32", "10.20.0.0/16",
+                                              "2001:db8::1/128")
+    for bad, said in (("0.0.0.0/0", "it reaches 0.0.0.0/8"), ("127.0.0.1", "127.0.0.0/8"),
+                      ("169.254.169.254", "169.254.0.0/16"), ("::1", "::1/128"),
+                      ("pypi.org", "expected an address or a network")):
+        with pytest.raises(UsageError, match="--setup-allow-address") as caught:
+            hostaccess.from_command_line([], False, allowed_addresses=[bad])
+        assert said in caught.value.message, caught.value.message

@@ -108,15 +108,29 @@ def test_the_tree_list_is_never_written_through_a_planted_file(tmp_path: Path,
 
 
 def test_the_engine_hosts_addresses_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    extra, hosts = egress.host_addresses(["pypi.org", "--block=203.0.113.9", "--block=2a01::5",
+    extra, hosts = egress.host_addresses(["pypi.org", "--block=151.101.0.9", "--block=2a01::5",
                                           "--block=nonsense", ".Example.com"])
     assert hosts == ["pypi.org", ".example.com"]
-    assert extra == {ipaddress.ip_address("203.0.113.9"), ipaddress.ip_address("2a01::5")}
-    assert not egress.blocked("203.0.113.9")
+    assert extra == {ipaddress.ip_address("151.101.0.9"), ipaddress.ip_address("2a01::5")}
+    assert not egress.blocked("151.101.0.9")
     monkeypatch.setattr(egress, "EXTRA_BLOCKED", extra)
-    assert egress.blocked("203.0.113.9") and egress.blocked("2a01::5")
-    assert egress.blocked("::ffff:203.0.113.9")  # nor embedded in IPv6
-    assert not egress.blocked("203.0.113.10")
+    assert egress.blocked("151.101.0.9") and egress.blocked("2a01::5")
+    assert egress.blocked("::ffff:151.101.0.9")  # nor embedded in IPv6
+    assert not egress.blocked("151.101.0.10")
+
+
+def test_allow_lifts_a_reserved_range_never_loopback_metadata_or_the_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A network whose resolver answers in a documentation range (a TLS-intercepting one), or
+    a private mirror: the user's --setup-allow-address, passed as --allow=NET."""
+    monkeypatch.setattr(egress, "ALLOWED", [])
+    monkeypatch.setattr(egress, "EXTRA_BLOCKED", {ipaddress.ip_address("10.0.0.1")})
+    egress.host_addresses(["--allow=203.0.113.80", "--allow=10.0.0.0/8",
+                           "--allow=nonsense", "pypi.org"])
+    assert not egress.blocked("203.0.113.80") and egress.blocked("203.0.113.81")
+    assert not egress.blocked("10.9.8.7")
+    for never in ("127.0.0.1", "169.254.169.254", "0.0.0.0", "224.0.0.1", "10.0.0.1"):
+        assert egress.blocked(never), never
 
 
 def test_the_proxy_knows_its_own_gateway_and_addresses() -> None:
@@ -196,3 +210,34 @@ def test_an_idle_tunnel_is_closed() -> None:
         return b"closed"
 
     assert asyncio.run(scenario()) == b"closed"
+
+
+def test_idle_connections_cannot_lock_out_a_new_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_CLIENTS connections that say nothing (a head that never comes, a tunnel left open)
+    used to refuse every other client until they timed out; the one idle longest now makes
+    room. Clients that are all busy still meet the limit."""
+    monkeypatch.setattr(egress, "EVICT_IDLE", 0.5)
+
+    async def scenario() -> tuple[bytes, bytes, bytes]:
+        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        server = asyncio.ensure_future(egress.main(0, ["pypi.org"], ready=ready))
+        port = await ready
+        idle = [await asyncio.open_connection("127.0.0.1", port)
+                for _ in range(egress.MAX_CLIENTS)]
+        await asyncio.sleep(0.2)
+        busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
+        busy = await asyncio.wait_for(busy_reader.read(), 10)  # none idle long enough yet
+        await asyncio.sleep(0.6)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 10)
+        evicted = await asyncio.wait_for(idle[0][0].read(), 10)  # the idlest was closed
+        for _, each in [*idle, (busy_reader, busy_writer), (reader, writer)]:
+            each.close()
+        server.cancel()
+        return busy, answer, evicted
+
+    busy, answer, evicted = asyncio.run(scenario())
+    assert busy == b""  # refused: closed at once
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden") and b"is an address" in answer
+    assert evicted == b""

@@ -297,5 +297,6 @@ def test_an_existing_cleaned_branch_is_named_with_what_execute_will_do(demo: Dem
     assert "the same\ncommand resumes where it stopped." in result.out
     refused = cli("execute", str(demo.path / "draft.toml"), "--sandbox", "local",
                   "--non-interactive", cwd=demo.path)
-    assert refused.code == 1 and "no run of draft.toml created it" in refused.err
+    assert refused.code == 1 and \
+        "its reflog does not show a run of retcon-sandbox creating it" in refused.err
     assert "--adopt-branch" in refused.err

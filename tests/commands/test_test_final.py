@@ -65,12 +65,20 @@ def test_a_final_test_that_fails_on_the_finished_tree_is_reported_there(tmp_path
                                     "trees": 4}
     assert tests["final"]["passed"] is False and tests["final"]["verdict"] == "FAIL (exit 1)"
     assert len(demo.git("log", "--format=%s", "main..feature-clean").splitlines()) == 4
-    again = cli("execute", str(demo.spec), *LOCAL)  # the cached failure is reported again
+    summary_file = tmp_path / "summary.md"
+    # the cached failure is reported again
+    again = cli("execute", str(demo.spec), *LOCAL, "--summary", str(summary_file))
     assert again.code == 3, again.out + again.err
     assert ("Tests: 0 commit trees ran `python3 -m pytest -q -p no:cacheprovider`, the final "
             "tree ran `test ! -f docs/discounts.md` (FAIL (exit 1), cached)") in again.out
     assert "fails the final tests" in again.out
     assert "Final tree " in again.out and ": FAIL (exit 1) (cached)" in again.out
+    # a run that exits 3 never says Complete!, and --json's summary says so too
+    assert "Complete!" not in again.out + result.out
+    assert "Finished, but not complete (exit 3): see below." in again.out
+    assert (summary["complete"], summary["exit_code"]) == (False, 3)
+    assert "✗ Finished, but not complete: exit 3 (4 of 4 logical commits" in \
+        summary_file.read_text(encoding="utf-8")
 
 
 def test_each_commit_runs_test_and_verify_runs_test_final(tmp_path: Path) -> None:

@@ -372,3 +372,22 @@ def test_a_file_to_reconstruct_over_max_file_size_is_refused_before_anything(dem
         "reads (2048 bytes)" in result.err
     assert demo.spec.read_bytes() == before
     assert "feature-clean" not in git(demo.path, "branch", "--list")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("verify", "main..feature", "--shard", "-1/2"), "argument --shard: expected K/N, like 2/3 "
+     "(job K of N), got '-1/2'"),
+    (("execute", "spec.toml", "--setup-disk", "-1g"), "argument --setup-disk: '-1g': expected "
+     "a size with a unit"),
+    (("verify", "main..feature", "--setup-disk", "-.5g"), "argument --setup-disk: '-.5g'"),
+    (("execute", "spec.toml", "--timeout", "-5s"), "argument --timeout: expected a number of "
+     "seconds, got '-5s'"),
+    (("execute", "spec.toml", "--setup-timeout", "-1"), "argument --setup-timeout: expected a "
+     "number greater than 0, got '-1'"),
+])
+def test_a_value_that_begins_with_a_minus_is_named_in_its_refusal(args: tuple[str, ...],
+                                                                  said: str) -> None:
+    """argparse took `-1g` for an unknown option and said only "expected one argument"."""
+    result = cli(*args)
+    assert result.code == 2, result.out + result.err
+    assert said in result.err and "expected one argument" not in result.err

@@ -34,8 +34,9 @@ def test_the_sandbox_is_isolated(backend: DockerBackend) -> None:
 
 def test_a_sandbox_that_is_not_isolated_is_refused(backend: DockerBackend) -> None:
     class WithNetwork(DockerBackend):
-        def create_kwargs(self, label: str, image: str | None = None) -> dict[str, Any]:
-            return {**super().create_kwargs(label, image), "network_mode": "bridge"}
+        def create_kwargs(self, label: str, image: str | None = None, lifetime: float = 0.0
+                          ) -> dict[str, Any]:
+            return {**super().create_kwargs(label, image, lifetime), "network_mode": "bridge"}
 
     leaky = WithNetwork(backend.engine, backend.image, backend.settings, {},
                         Path(backend.spec_path))

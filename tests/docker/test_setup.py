@@ -9,10 +9,12 @@ not answer here, so the Node project has no dependencies.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 import socket
 import threading
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends.docker.engine import DockerEngine
+from retcon_sandbox.backends.hostaccess import REGISTRIES
 from retcon_sandbox.report import FORMATS
 from tests.conftest import ROOT, cli, git
 
@@ -96,9 +99,26 @@ def remove_prepared(engine: DockerEngine) -> Iterator[None]:
         engine.remove_volume(name)
 
 
+def intercepted() -> tuple[str, ...]:
+    """`--setup-allow-address` for each address a registry resolves to here that the egress
+    proxy refuses as a documentation range: where this network's TLS interception answers."""
+    found: set[str] = set()
+    for host in REGISTRIES:
+        with contextlib.suppress(OSError):
+            for info in socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM):
+                address = ipaddress.ip_address(info[4][0])
+                if any(address in ipaddress.ip_network(n) for n in DOCUMENTATION):
+                    found.add(str(address))
+    return tuple(arg for address in sorted(found) for arg in ("--setup-allow-address", address))
+
+
+DOCUMENTATION = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+ALLOW = intercepted()
+
+
 def run(spec: Path, *extra: str, env: dict[str, str] | None = None
         ) -> tuple[int, list[dict[str, object]], str]:
-    result = cli("execute", str(spec), "--json", "--non-interactive", *extra, env=env,
+    result = cli("execute", str(spec), "--json", "--non-interactive", *ALLOW, *extra, env=env,
                  timeout=900)
     found = events(result.out)
     MADE.extend(prepared(found))
@@ -124,13 +144,14 @@ def assert_rerun_prepares_nothing(engine: DockerEngine, spec: Path) -> None:
     """With the results forgotten, verify builds and tests both commits again, from the kept
     environments; --no-cache prepares them again."""
     git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
-    result = cli("verify", "--spec", str(spec), "--json", cwd=spec.parent, timeout=900)
+    result = cli("verify", "--spec", str(spec), "--json", *ALLOW, cwd=spec.parent,
+                 timeout=900)
     found = events(result.out)
     assert result.code == 0, result.out + result.err
     assert not [e for e in found if e["event"] in ("setup", "setup_ready")], result.out
     assert [e["cached"] for e in found if e["event"] == "commit_verified"] == [False, False]
     kept = [engine.image_id(tag) for tag in sorted(set(MADE)) if engine.has_image(tag)]
-    again = cli("verify", "--spec", str(spec), "--json", "--no-cache", cwd=spec.parent,
+    again = cli("verify", "--spec", str(spec), "--json", "--no-cache", *ALLOW, cwd=spec.parent,
                 timeout=900)
     assert again.code == 0, again.out + again.err
     MADE.extend(prepared(events(again.out)))
@@ -515,7 +536,7 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
                                                                     "kept-3"], log
     git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
     result = cli("verify", "--spec", str(spec), "--json", "--no-cache", "--no-package-cache",
-                 cwd=spec.parent, timeout=900)
+                 *ALLOW, cwd=spec.parent, timeout=900)
     again = events(result.out)
     MADE.extend(prepared(again))
     assert result.code == 0, result.out + result.err
@@ -528,3 +549,30 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
             engine.remove_image(tag)
     assert cli("clean").code == 0
     assert not engine.has_volume(str(setups[0]["cache"]))  # no environment uses it any more
+
+
+def test_a_setup_over_its_own_timeout_mid_history_says_what_was_recorded(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    """The second commit changes the setup's script, which then runs past the setup's own
+    timeout: the message names `setup_timeout` and --setup-timeout (not the commands'
+    --timeout), and says truly what this run recorded before (it used to say nothing was)."""
+    spec = make_project(tmp_path / "slow", {"setup.sh": f"# {RUN}\ntrue\n", "a.txt": "a\n"},
+                        {"setup.sh": f"# {RUN}\nsleep 300\n", "b.txt": "b\n", "c.txt": "c\n"},
+                        'setup = "sh setup.sh"\ntest = "true"\nsetup_timeout = 15',
+                        ["b.txt"], ["setup.sh", "c.txt"])
+    code, found, log = run(spec, "--setup-network", "none", "--no-package-cache")
+    assert code == 1, log
+    error = next(e for e in found if e["event"] == "error")
+    assert error["kind"] == "setup", error
+    assert error["message"] == ("setup timed out: sh setup.sh was still running when its 15 s "
+                                "were over (setup_timeout: all of [sandbox] setup's commands "
+                                "together)"), error
+    assert "--setup-timeout S" in str(error["hint"]), error
+    made = len(git(spec.parent, "rev-list", "main..feature-clean").split())
+    histories = [c.get("history", []) for c in tomllib.loads(spec.read_text())["commit"]]
+    numbers = [i for i, history in enumerate(histories, 1) if history]
+    assert numbers[0] == 1 and len(histories[0]) == 3, histories  # commit #1: complete
+    span = f"#{numbers[0]}" + (f" to #{numbers[-1]}" if len(numbers) > 1 else "")
+    assert (f"This run recorded {sum(map(len, histories))} history entries in "
+            f"history-spec.toml (commit {span}; {made} commit(s) made on feature-clean): they "
+            "are kept, and a rerun goes on from them.") in str(error["hint"]), error

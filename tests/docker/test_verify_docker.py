@@ -128,13 +128,13 @@ def test_passed_variables_reach_the_key_by_hmac_only(engine: DockerEngine, tmp_p
                              tmp_path / "spec.toml").environment()
 
     passed = {"TOKEN": "1234"}
-    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "k" * 40)
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "9c4e1f7a0b3d8e25c6f14a9b7d02e8c3f5a1b6d4")
     first = environment(passed)
     assert first.startswith(f"docker {engine.image_id(images.default_image())} env:")
     plain = hashlib.sha256(json.dumps(passed, sort_keys=True).encode()).hexdigest()
     assert plain[:16] not in first
     assert environment({"TOKEN": "1235"}) != first
-    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "j" * 40)
+    monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "3e8b5a1f9d2c7e04b6a83f1d5c9e27b0a4d6f8c1")
     assert environment(passed) != first
 
 

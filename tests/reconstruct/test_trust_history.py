@@ -100,7 +100,7 @@ def test_an_adopted_branch_of_untested_commits_is_verified_before_squash_keeps_i
     demo.spec.write_text(with_histories(demo.spec.read_text(), shas))
     refused = cli("execute", str(demo.spec), *LOCAL, "--squash-wip")
     assert refused.code == 1, refused.out + refused.err
-    assert "no run of history-spec.toml created it" in refused.err
+    assert "its reflog does not show a run of retcon-sandbox creating it" in refused.err
     assert "--adopt-branch" in refused.err
 
     result = cli("execute", str(demo.spec), *LOCAL, "--squash-wip", "--adopt-branch", "--json")
@@ -220,6 +220,62 @@ def test_the_branch_a_killed_run_created_is_ours(demo: Demo) -> None:
     demo.git("branch", "-D", "feature-clean")
     demo.git("branch", "feature-clean", base_of(demo))
     assert cli("execute", str(demo.spec), *LOCAL).code == 1
+
+
+def shared_branch(tmp_path: Path) -> tuple[Demo, Path]:
+    """Spec A (the demo's, by a model) stops at its first commit, so its cleaned branch
+    `shared-clean` is at the merge-base; spec B names the same branch, another source and
+    `paths`."""
+    text = demo_project.spec_text(False).replace('"feature-clean"', '"shared-clean"')
+    demo = make_demo(tmp_path / "repo", with_paths=False, spec_text=text)
+    demo.git("branch", "feature-b", "feature")
+    b_spec = demo.path / "b.toml"
+    b_spec.write_text(demo_project.spec_text(True).replace('"feature-clean"', '"shared-clean"')
+                      .replace('source = "feature"', 'source = "feature-b"'))
+    with FakeOpenAI([[call("report_stuck", summary="not now")]]) as model:
+        stopped = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+    assert stopped.code == 3, stopped.out + stopped.err
+    assert demo.git("rev-parse", "shared-clean") == base_of(demo)
+    return demo, b_spec
+
+
+def resolved(demo: Demo) -> None:
+    demo.spec.write_text(demo.spec.read_text().replace(
+        '{ stuck = "not now" },', '{ stuck = "not now" }, { resolved = "go on" },', 1))
+
+
+@pytest.mark.slow
+def test_a_branch_belongs_to_the_spec_whose_run_made_it(tmp_path: Path) -> None:
+    """Another spec naming the same cleaned branch used to take it at the merge-base and commit
+    on it (exit 0); the first spec's resume was then refused as if no run of it had made the
+    branch, and the --adopt-branch it suggested put the other spec's commit under its own."""
+    demo, b_spec = shared_branch(tmp_path)
+    before = b_spec.read_text()
+    refused = cli("execute", str(b_spec), *LOCAL)
+    assert refused.code == 1, refused.out + refused.err
+    assert (f"the cleaned branch 'shared-clean' already exists ({base_of(demo)[:12]}): a run "
+            f"of another spec, {demo.spec.resolve()}, created it") in refused.err
+    assert demo.git("rev-parse", "shared-clean") == base_of(demo)
+    assert b_spec.read_text() == before
+
+    adopted = cli("execute", str(b_spec), *LOCAL, "--adopt-branch")  # B's user insists
+    assert adopted.code == 0, adopted.out + adopted.err
+    assert f"a run of another spec, {demo.spec.resolve()}, created it" in adopted.out
+    first = demo.git("rev-list", "--reverse", f"{base_of(demo)}..shared-clean").split()[0]
+    resolved(demo)
+    with FakeOpenAI([]) as model:
+        resumed = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+    assert resumed.code == 1, resumed.out + resumed.err
+    assert (f"a run of history-spec.toml created it, then a run of another spec, "
+            f"{b_spec.resolve()}, put {first[:12]} on it (commit #1)") in resumed.err
+    assert "--adopt-branch" not in resumed.err
+    assert f"git branch -f shared-clean {base_of(demo)[:12]}" in resumed.err
+    # reset as told: B's commits are off the branch, and A goes on from its history
+    demo.git("branch", "-f", "shared-clean", base_of(demo))
+    with FakeOpenAI(reconstruction()) as model:
+        done = cli("execute", str(demo.spec), *LOCAL, env=llm_env(model.base_url))
+    assert done.code == 0, done.out + done.err
+    assert len(subjects(demo, "shared-clean")) == 5  # four commits and a fix
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from retcon_sandbox.spec.settings import (
 )
 
 ABOVE = {"memory": "256g", "workspace_size": "256g", "tmp_size": "100g", "pids": 1_000_000,
-         "cpus": 64, "timeout": 86_400}
+         "cpus": 64, "timeout": 86_400, "setup_timeout": 86_400}
 
 
 @pytest.mark.parametrize("key", sorted(LOWER_ONLY))
@@ -26,7 +26,7 @@ def test_a_spec_cannot_raise_a_limit_above_its_default(key: str) -> None:
         SandboxSettings.parse({key: ABOVE[key]})
     where, message = caught.value.args
     assert where == key
-    shown = ABOVE[key] if isinstance(ABOVE[key], str) else f"{ABOVE[key]:g}"
+    shown = ABOVE[key] if isinstance(ABOVE[key], str) else str(ABOVE[key])  # never 1e+06
     assert f"{shown} is above the default" in message  # the value
     assert LOWER_ONLY[key] in message  # the option to use
 
@@ -86,3 +86,24 @@ def test_a_spec_image_may_be_any_reference(name: str) -> None:
 def test_the_command_line_may_name_an_image_by_id() -> None:
     image = "sha256:" + "ab" * 32
     assert DEFAULTS.replace(image=image).image == image
+
+
+def test_numbers_in_messages_print_as_a_person_writes_them(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """`1000000`, never `1e+06`: in a range, a value shown, an environment variable's bound."""
+    from retcon_sandbox.errors import ConfigError, env_number
+    from retcon_sandbox.text import plain_number
+
+    with pytest.raises(SettingError) as caught:
+        SandboxSettings.parse({"pids": 2_000_000})
+    assert caught.value.args == ("pids", "must be from 32 to 1000000")
+    with pytest.raises(SettingError) as caught:
+        SandboxSettings.parse({"pids": 1_000_000})
+    assert "1000000 is above the default 512" in caught.value.args[1]
+    monkeypatch.setenv("RETCON_SANDBOX_TEST_NUMBER", "-1")
+    with pytest.raises(ConfigError) as error:
+        env_number("RETCON_SANDBOX_TEST_NUMBER", 2e6)
+    assert "at most 1000000000" in error.value.message and "(default 2000000)" in error.value.hint
+    assert [plain_number(v) for v in (1e6, 86_400.0, 0.5, 2.25, 7)] == \
+        ["1000000", "86400", "0.5", "2.25", "7"]
+    assert "e+" not in plain_number(1e15)

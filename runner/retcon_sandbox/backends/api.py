@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from retcon_sandbox import deadlines
 from retcon_sandbox.archive import TarStream
 from retcon_sandbox.backends.copyout import ExportReader, OutFile, Sink
 from retcon_sandbox.errors import SandboxError
@@ -207,7 +208,8 @@ class HelperSandbox:
     def request(self, op: str, payload: bytes = b"", chunks: Iterable[bytes] | None = None,
                 seconds: float = FILE_TOOL_S, **args: Any) -> dict[str, Any]:
         """One request and its answer, which must carry the request's id and arrive within
-        `seconds`. `chunks` stream after the request line as length-prefixed frames."""
+        `seconds` (stretched by this machine's load, `deadlines.stretched`). `chunks` stream
+        after the request line as length-prefixed frames."""
         self._next_id += 1
         rid = self._next_id
         message = {"id": rid, "op": op, **args}
@@ -215,6 +217,7 @@ class HelperSandbox:
             message["chunked"] = True
         elif payload:
             message["payload"] = len(payload)
+        seconds = deadlines.stretched(seconds)  # a busy machine answers slowly, not never
         self._transport.set_deadline(time.monotonic() + seconds)
         try:
             self._transport.send(json.dumps(message).encode() + b"\n" + payload)
@@ -316,11 +319,12 @@ class HelperSandbox:
         the stream in step, and the sandbox stays usable)."""
         answer = self.call(ExportRequest(max_size, paths), ExportResponse, seconds=LOAD_S)
         reader = ExportReader(self._transport.read, answer.files, max_size, sink)
-        self._transport.set_deadline(time.monotonic() + LOAD_S)
+        limit = deadlines.stretched(LOAD_S)
+        self._transport.set_deadline(time.monotonic() + limit)
         try:
             yield from reader.files()
         except DeadlineExceeded:
-            raise DeadlineExceeded(f"the sandbox did not finish copying out within {LOAD_S:.0f}"
+            raise DeadlineExceeded(f"the sandbox did not finish copying out within {limit:.0f}"
                                    " s, so it was removed", "Rerun to resume; if it happens "
                                    "again, check what the build leaves in the workspace."
                                    ) from None

@@ -63,7 +63,7 @@ from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.sourceimports import imports
-from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
+from retcon_sandbox.spec.settings import BY_KEY, SandboxSettings, human_bytes, shown
 from retcon_sandbox.spec.statedir import StateDir
 
 if TYPE_CHECKING:
@@ -576,19 +576,24 @@ class Environments:
     def _setup_in_container(self, docker: DockerBackend, tree: str, version: Version,
                             ca: tuple[Path, bytes] | None, cache: str | None,
                             record: dict[str, object]) -> str:
-        """The setup's commands in a setup container, committed as an untagged image: its ID."""
+        """The setup's commands in a setup container, committed as an untagged image: its ID.
+        They share `setup_timeout`, from the first one's start; the container (and its egress
+        proxy) end themselves SETUP_MARGIN_S after it, should the run hang."""
         commands = self.settings.setup
         with docker.open_setup("setup", self.policy.network, self.policy.registries,
-                               ca[1] if ca else None, cache) as box:
+                               ca[1] if ca else None, cache,
+                               lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
+                               allowed=self.policy.allowed_addresses) as box:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
             self._prepare_workspace(box, tree, version)
+            deadline = time.monotonic() + self.settings.setup_timeout
             if cache is not None:
-                self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in")
+                self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
             for command in commands:
-                self._setup_command(docker, box, command)
+                self._setup_command(docker, box, command, deadline)
             if cache is not None:
-                self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded")
+                self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
             kept = box.snapshot()
             if not kept.passed:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
@@ -611,10 +616,10 @@ class Environments:
                              "If the project needs that many, give a larger --setup-disk SIZE; "
                              "else make [sandbox] setup write fewer files.")
 
-    def _cargo(self, box: DockerSandbox, script: str, what: str) -> None:
+    def _cargo(self, box: DockerSandbox, script: str, what: str, deadline: float) -> None:
         """Cargo keeps its downloads in $CARGO_HOME, which the image must hold for offline
         builds: they are copied between it and the cache (a failure only costs downloads)."""
-        result = box.run(script, self.settings.timeout)
+        result = box.run(script, max(deadline - time.monotonic(), 1.0))
         if not result.passed:
             self.report.emit("warning", message=f"package cache: {what} failed "
                              f"({result.verdict()}): {result.output.strip()[-300:]}")
@@ -682,7 +687,12 @@ class Environments:
                 "another run uses it: it stays until a setup finds it within the cap"
         self.report.emit("warning", message=f"the package cache {cache} {what}: {done}")
 
-    def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str) -> None:
+    def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str,
+                       deadline: float) -> None:
+        """One of setup's commands, within what is left of `setup_timeout`."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._timed_out(command, ran=False)
         self.report.emit("setup_command", command=command)
         shown = command if len(command) <= 60 else command[:59] + "…"
         with progress.phase(None, "setup", what=f"setup `{shown}`") as step:
@@ -691,15 +701,17 @@ class Environments:
                 self.report.emit("setup_output", line=line)
 
             lines = _LineSplitter(said)
-            result = box.run(command, self.settings.timeout, lines.feed)
+            result = box.run(command, left, lines.feed)
             lines.flush()
         if result.passed:
             return
+        if result.timed_out:
+            raise self._timed_out(command, ran=True)
         tail = "\n".join(result.output.rstrip().splitlines()[-OUTPUT_TAIL:])
         refused = [line for line in docker.proxy_log().splitlines()
                    if line.startswith("refused")]
-        hint = ("Fix [sandbox] setup (or the files it reads), then rerun: nothing was "
-                "recorded, and the environment is prepared again.")
+        hint = ("Fix [sandbox] setup (or the files it reads), then rerun: the environment is "
+                "prepared again.")
         if refused:
             hint += ("\nThe egress proxy refused:\n" + "\n".join(f"  {r}" for r in refused[-5:])
                      + "\nSetup reaches the package registries only: add a host with "
@@ -707,6 +719,21 @@ class Environments:
         elif self.policy.network == "none":
             hint += " Setup ran with --setup-network none: it had no network."
         raise SetupError(f"setup command failed ({result.verdict()}): {command}\n{tail}", hint)
+
+    def _timed_out(self, command: str, ran: bool) -> SetupError:
+        """Setup ran out of its own time: say whose setting that is, and how to give more."""
+        limit = shown("setup_timeout", self.settings.setup_timeout)
+        default = shown("setup_timeout", BY_KEY["setup_timeout"].default)
+        what = f"{command} was still running when" if ran else f"{command} could not start:"
+        return SetupError(
+            f"setup timed out: {what} its {limit} s were over (setup_timeout: all of "
+            "[sandbox] setup's commands together)",
+            f"If the setup needs longer, give --setup-timeout S (a spec's [sandbox] "
+            f"setup_timeout can only lower the default, {default} s); else make it faster. "
+            "The environment is prepared again on the next run.")
+
+
+SETUP_MARGIN_S = 1800.0  # past setup_timeout: the tree's load, the snapshot, the image's commit
 
 
 _C = CACHE_PATH + "/cargo/registry"
@@ -856,6 +883,7 @@ def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
     (split loosely, so that quoted and nested commands, `-r FILE`, `-rFILE`, `--opt=FILE` and
     `<FILE` count too) names a path from the root or from any directory a `cd` in the command
     names; a named file counts, and so does every file under a named directory (but the root);
+    a word with a shell pattern (`cp *.pth`, `req/[a-c]?.txt`) names what it matches in the tree;
     `make` names the makefiles; a tracked symbolic link names its target too. With `read`, the
     text of each named file is read the same way (from the root and from its own directory):
     the script a script sources, the `-r base.txt` of a requirements file. `also`: paths named
@@ -940,6 +968,9 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
     while pending:  # ends: a path is followed once, and at most _SCANNED files add names
         path = pending.pop()
         entry = entries.get(path)
+        if entry is None and _GLOB.search(path):
+            pending.extend(sorted(_matching(path, entries) - named))
+            continue
         if entry is None:
             prefix = path + "/"
             named.update(p for p in entries if p.startswith(prefix))
@@ -964,10 +995,50 @@ def _followed(found: set[str], entries: dict[str, TreeEntry], link: LinkTarget |
     return named
 
 
+def _matching(pattern: str, entries: dict[str, TreeEntry]) -> set[str]:
+    """The tree's files a shell pattern names: those it matches, and every file under a folder
+    it matches (a `*` or `?` never crosses a `/`; a hidden name is matched too: more, not less,
+    keys the environment)."""
+    try:
+        regex = re.compile("/".join(_glob_part(part) for part in pattern.split("/")))
+    except re.error:  # a class no shell takes either (`[z-a]`): it matches nothing
+        return set()
+    depth = pattern.count("/") + 1
+    return {path for path in entries
+            if path.count("/") + 1 >= depth and regex.fullmatch("/".join(
+                path.split("/")[:depth]))}
+
+
+def _glob_part(part: str) -> str:
+    """One path component of a shell pattern, as a regular expression."""
+    out, i = [], 0
+    while i < len(part):
+        char = part[i]
+        close = part.find("]", i + 2) if char == "[" else -1
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif close != -1:
+            body = part[i + 1:close]
+            negated = body[:1] in ("!", "^")
+            body = body[1:] if negated else body
+            out.append(("[^/" if negated else "[") + re.sub(r"([\\^\[\]])", r"\\\1", body)
+                       + "]")
+            i = close
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
 def _normal(word: str) -> str | None:
     """A word as a repository-relative path (`./a//b` is `a/b`, `a/../b` is `b`), or None if
-    it cannot be one."""
-    if word.startswith(("/", "~")) or "$" in word or "*" in word:
+    it cannot be one. A shell pattern stays one (`_matching` reads it)."""
+    if word.startswith(("/", "~")) or "$" in word:
         return None
     parts: list[str] = []
     for part in word.split("/"):

@@ -3,12 +3,18 @@ environment variables (`--pass-env NAME`), image pulls (`--allow-pull`), and wha
 setup` may reach (`--setup-network`, `--setup-registry`). A spec cannot widen any of them: it
 may come from someone else.
 
+`--setup-allow-address NET` lets setup's egress proxy connect to addresses it otherwise refuses
+(a documentation, private or reserved range: a network whose resolver answers with such
+addresses, a private mirror), never to loopback, link-local (cloud metadata), unspecified or
+multicast ones, nor to the engine host's own.
+
 A variable is refused when its name or its value looks like a credential, whatever it is called:
 a key, token or password in the value (`sk-…`, `ghp_…`, `AKIA…`, a private key, a JWT, a URL with
 a password) would reach code that is not trusted, and its output reaches the transcript."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -56,6 +62,7 @@ class SetupPolicy:
     disk: int = SETUP_DISK  # --setup-disk: the most a setup may write (bytes)
     keep: int = KEEP_ENVIRONMENTS  # --keep-environments: prepared environments per repository
     package_cache: bool = True  # --no-package-cache: setup downloads everything each time
+    allowed_addresses: tuple[str, ...] = ()  # --setup-allow-address: networks, normalised
 
     @property
     def registries(self) -> tuple[str, ...]:
@@ -77,16 +84,38 @@ def from_command_line(names: list[str] | None, allow_pull: bool,
                       setup_network: str = "registries",
                       registries: list[str] | None = None, setup_disk: int = SETUP_DISK,
                       keep_environments: int = KEEP_ENVIRONMENTS,
-                      package_cache: bool = True) -> HostAccess:
+                      package_cache: bool = True,
+                      allowed_addresses: list[str] | None = None) -> HostAccess:
     """`--pass-env` names checked against the host's environment, `--setup-registry` names
-    checked as host names, before anything runs."""
+    checked as host names, `--setup-allow-address` as networks, before anything runs."""
     chosen: dict[str, str] = {}
     for name in names or ():
         chosen[name] = _checked(name)
     hosts = tuple(_host(h) for h in registries or ())
+    networks = tuple(_network(n) for n in allowed_addresses or ())
     return HostAccess(tuple(sorted(chosen.items())), allow_pull,
                       SetupPolicy(setup_network, hosts, setup_disk, keep_environments,
-                                  package_cache))
+                                  package_cache, networks))
+
+
+def _network(text: str) -> str:
+    """An address or a network (`203.0.113.80`, `10.20.0.0/16`) that does not reach loopback,
+    link-local, unspecified or multicast addresses (the egress proxy's NEVER)."""
+    from retcon_sandbox.sandbox import egress
+
+    try:
+        network = ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise UsageError(f"--setup-allow-address {text!r}: expected an address or a network, "
+                         "such as 203.0.113.80 or 10.20.0.0/16") from None
+    never = next((n for n in egress.NEVER if n.version == network.version
+                  and network.overlaps(n)), None)
+    if never is not None:
+        raise UsageError(f"--setup-allow-address {text}: it reaches {never}, which setup's "
+                         "egress proxy never connects to (loopback, link-local and cloud "
+                         "metadata, unspecified, multicast)",
+                         "Name only the addresses the registry resolves to.")
+    return str(network)
 
 
 def _host(text: str) -> str:

@@ -29,7 +29,7 @@ from retcon_sandbox.commands.options import (
     require_model,
     sandbox_settings,
 )
-from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, RetconError
+from retcon_sandbox.errors import EXIT_ERROR, RetconError
 from retcon_sandbox.reconstruct import engine
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
@@ -80,6 +80,7 @@ class ExecuteOptions:
     base_check: bool = True
     setup_network: str = "registries"
     setup_registry: tuple[str, ...] = ()
+    setup_allow_address: tuple[str, ...] = ()
     setup_disk: int = hostaccess.SETUP_DISK
     keep_environments: int = hostaccess.KEEP_ENVIRONMENTS
     package_cache: bool = True
@@ -103,6 +104,7 @@ class ExecuteOptions:
                    accept_provenance=args.accept_provenance, adopt_branch=args.adopt_branch,
                    base_check=not args.no_base_check, setup_network=args.setup_network,
                    setup_registry=tuple(args.setup_registry or ()),
+                   setup_allow_address=tuple(args.setup_allow_address or ()),
                    setup_disk=args.setup_disk, keep_environments=args.keep_environments,
                    package_cache=not args.no_package_cache,
                    limits=tuple(limit_options(args).items()), trust_notes=args.trust_notes,
@@ -127,7 +129,8 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
     access = hostaccess.from_command_line(list(options.pass_env), options.allow_pull,
                                           options.setup_network, list(options.setup_registry),
                                           options.setup_disk, options.keep_environments,
-                                          options.package_cache)
+                                          options.package_cache,
+                                          list(options.setup_allow_address))
     specfile = SpecFile(options.spec)
     spec = specfile.load()
     repo = find_repo(options.repo, specfile.real)
@@ -169,15 +172,17 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
         started.append(ctx)
         try:
             result = engine.run(ctx)
+        except RetconError as exc:
+            if exc.exit_code == EXIT_ERROR:
+                exc.hint = f"{exc.hint}\n{ctx.what_was_recorded()}".lstrip("\n")
+            raise
         finally:
             if agent is not None:
                 agent.transcript.close()
             if verifier.cache is not None and verifier.cache.problem:
                 reporter.emit("warning", message="build and test results were not cached: "
                               + verifier.cache.problem)
-    if not result.trees_equal:
-        return EXIT_ERROR
-    return EXIT_OK if result.final_passed else EXIT_STUCK
+    return result.exit_code
 
 
 @contextlib.contextmanager

@@ -109,7 +109,7 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     access = hostaccess.from_command_line(args.pass_env, args.allow_pull, args.setup_network,
                                           args.setup_registry, args.setup_disk,
                                           args.keep_environments,
-                                          not args.no_package_cache)
+                                          not args.no_package_cache, args.setup_allow_address)
     plan = make_plan(args, reporter)
     settings = plan.settings
     if plan.rows:

@@ -29,7 +29,7 @@ from openai.types.chat import ChatCompletion
 
 from retcon_sandbox import progress
 from retcon_sandbox.errors import ModelError
-from retcon_sandbox.text import encodable
+from retcon_sandbox.text import encodable, plain_number
 
 RETRYABLE = (
     openai.RateLimitError,
@@ -238,8 +238,9 @@ class OpenAIChat:
         attempts = int(retrying.statistics.get("attempt_number", 1))
         error = self._error(exc, f"after {attempts} attempts" if attempts > 1 else "")
         if attempts < self._settings.attempts:
+            deadline = plain_number(self._settings.deadline)
             error.message += (f". It was not tried again: the wait before another try would end "
-                              f"more than {self._settings.deadline:g} s after the first one "
+                              f"more than {deadline} s after the first one "
                               "(the deadline, RETCON_SANDBOX_MODEL_DEADLINE)")
             error.args = (error.message,)
         return error
@@ -365,7 +366,7 @@ class OpenAIChat:
                               "--base-url (or OPENAI_BASE_URL).")
         if isinstance(exc, openai.APITimeoutError):
             return ModelError(f"the model endpoint did not answer within "
-                              f"{self._settings.timeout:g} s{suffix} ({where})",
+                              f"{plain_number(self._settings.timeout)} s{suffix} ({where})",
                               "Raise --model-timeout (or RETCON_SANDBOX_MODEL_TIMEOUT) for a "
                               "slow model, or check that the endpoint is up.")
         if isinstance(exc, openai.APIConnectionError):
@@ -492,7 +493,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _why_retry(exc: BaseException | None, timeout: float) -> str:
     if isinstance(exc, openai.APITimeoutError):
-        return f"slow (no answer within {timeout:g} s)"
+        return f"slow (no answer within {plain_number(timeout)} s)"
     if isinstance(exc, openai.RateLimitError):
         return "rate-limited (HTTP 429)"
     if isinstance(exc, openai.APIStatusError):

@@ -21,6 +21,7 @@ from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.model.tools import Outcome
+from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.repo.provenance import Provenance
@@ -115,6 +116,7 @@ class Run:
     speculation: Speculation | None = None  # see steps/speculate.py
     retiring: list[threading.Thread] = field(default_factory=list)  # sandboxes being removed
     retire_errors: list[Exception] = field(default_factory=list)
+    appended: list[tuple[int, Entry]] = field(default_factory=list)  # this run's, in order
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 
@@ -126,6 +128,10 @@ class Run:
             raise RetconError(f"the cleaned branch {self.spec.cleaned!r} disappeared during the "
                               "run", "Rerun: it is recreated and the run resumes from the spec.")
         return tip
+
+    @property
+    def spec_id(self) -> ownership.SpecId:
+        return ownership.spec_id(self.specfile.real)
 
     def commit_spec(self, number: int) -> CommitSpec:
         return self.spec.commits[number - 1]
@@ -199,7 +205,22 @@ class Run:
 
     def append(self, commit: CommitSpec, entry: Entry) -> CommitSpec:
         self.spec, updated = self.specfile.append(commit, entry)
+        self.appended.append((commit.number, entry))
         return updated
+
+    def what_was_recorded(self) -> str:
+        """What this run wrote into the spec, in a sentence that is true wherever it stopped
+        (said after an error's hint)."""
+        name = self.spec.path.name
+        if not self.appended:
+            return f"This run recorded nothing in {name}."
+        numbers = sorted({number for number, _ in self.appended})
+        made = sum(isinstance(entry, CommitCreated) for _, entry in self.appended)
+        which = f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]} to #{numbers[-1]}"
+        commits = f"; {made} commit(s) made on {self.spec.cleaned}" if made else ""
+        entries = "entry" if len(self.appended) == 1 else "entries"
+        return (f"This run recorded {len(self.appended)} history {entries} in {name} (commit "
+                f"{which}{commits}): they are kept, and a rerun goes on from them.")
 
     def make_commit(self, commit: CommitSpec, state: WorkState, message: str
                     ) -> tuple[CommitSpec, str]:
@@ -209,9 +230,14 @@ class Run:
         tree = state.tree()
         sha = self.repo.commit_tree(tree, tip, message)
         commit = self.append(commit, CommitCreated(sha))
-        self.repo.update_branch(self.spec.cleaned, sha, tip, f"commit #{commit.number}")
+        self.move_branch(sha, tip, f"commit #{commit.number}")
         state.committed(tree)
         return commit, sha
+
+    def move_branch(self, new: str, old: str | None, reason: str) -> None:
+        """Move the cleaned branch by compare-and-swap; its reflog names this spec
+        (`ownership`)."""
+        self.repo.update_branch(self.spec.cleaned, new, old, ownership.tag(reason, self.spec_id))
 
     def stuck(self, commit: CommitSpec, summary: str, provenance: bool = False) -> CommitSpec:
         """Record a stop. Only the --strict-provenance gate (`provenance`) writes a summary with

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.errors import ConfigError, GitError
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, ConfigError, GitError
+from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
 from retcon_sandbox.reconstruct.steps.final import final_check, tests_summary
@@ -31,6 +32,14 @@ class Result:
     complete: bool
     trees_equal: bool
     final_passed: bool = True  # the finished tree under `test_final` (True when none is set)
+
+    @property
+    def exit_code(self) -> int:
+        """The run's exit code, decided here once: the summary says `Complete!` only when it
+        is 0 (never on an exit 3 or 1)."""
+        if not self.trees_equal:
+            return EXIT_ERROR
+        return EXIT_OK if self.complete and self.final_passed else EXIT_STUCK
 
 
 def run(ctx: Run) -> Result:
@@ -59,8 +68,8 @@ def preflight(ctx: Run) -> None:
     environment of the tip's tree is prepared (a setup that fails or times out stops here, and
     the first commit reuses it), and the programs the build and test commands start with exist
     in it; while no commit is on the branch, the base commit must not fail for a missing
-    dependency (`base_check`). So exit 1 before the first commit means that nothing was
-    recorded."""
+    dependency (`base_check`). So an exit 1 here means that this run recorded nothing (the
+    error's hint says so: `Run.what_was_recorded`)."""
     if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
@@ -89,13 +98,10 @@ def base_check(ctx: Run, tree: str, box: Callable[[], Sandbox]) -> None:
         ctx.report.emit("warning", message=verdict)
 
 
-CREATED = "create at merge-base"  # the reflog's reason when a run creates the cleaned branch
-
-
 def check_branch(ctx: Run) -> None:
-    """Check the cleaned branch before anything runs or is written: a branch this spec's runs
-    did not make is adopted only with --adopt-branch, and every commit the history records must
-    be on it, in order (`checks.off_chain`)."""
+    """Check the cleaned branch before anything runs or is written: a branch that is not this
+    spec's (`ownership.judge`) is adopted only with --adopt-branch, and every commit the
+    history records must be on it, in order (`checks.off_chain`)."""
     cleaned = ctx.spec.cleaned
     tip = ctx.repo.branch_sha(cleaned)
     if tip is None:
@@ -106,8 +112,15 @@ def check_branch(ctx: Run) -> None:
             f"the cleaned branch {cleaned!r} ({tip[:12]}) does not descend from the merge-base "
             f"of {ctx.spec.source} and {ctx.spec.remote} ({ctx.base[:12]})",
             f"Delete it (git branch -D {cleaned}) or name another `cleaned` branch in the spec.")
-    adopt(ctx, tip)
-    recorded_on_branch(ctx, tip)
+    chain = ctx.repo.first_parent_chain(ctx.base, tip)
+    if chain is None:
+        raise GitError(
+            f"the cleaned branch {cleaned!r} ({tip[:12]}) does not reach the merge-base "
+            f"({ctx.base[:12]}) through first parents",
+            f"A reconstruction is a straight line of commits on the merge-base. Delete it (git "
+            f"branch -D {cleaned}) or name another `cleaned` branch in the spec.")
+    adopt(ctx, tip, chain)
+    recorded_on_branch(ctx, tip, chain)
 
 
 def prepare_branch(ctx: Run) -> None:
@@ -119,7 +132,7 @@ def prepare_branch(ctx: Run) -> None:
         if ctx.repo.clear_interrupted_update(cleaned, ctx.base):
             ctx.report.emit("warning", message=f"removed the lock a killed creation of "
                             f"{cleaned} left")
-        ctx.repo.update_branch(cleaned, ctx.base, None, CREATED)
+        ctx.move_branch(ctx.base, None, ownership.CREATED)
         ctx.report.emit("branch_created", branch=cleaned, base=ctx.base)
         return
     ctx.report.emit("branch_continued", branch=cleaned, tip=tip)
@@ -142,37 +155,23 @@ def no_recorded_commits(ctx: Run) -> None:
             "spec.")
 
 
-def adopt(ctx: Run, tip: str) -> None:
-    """An existing branch is ours when its reflog begins with this tool creating it at this
-    merge-base (a reflog is local: nothing a spec or a fetch brings can write it) and it is
-    where this spec works: at the merge-base, or holding commits the spec records (so your own
-    commits on top after a stuck are kept). Anything else needs --adopt-branch."""
+def adopt(ctx: Run, tip: str, chain: list[str]) -> None:
+    """An existing branch that is not this spec's (`ownership.judge`: who created it, which
+    spec's runs put the commits on it) is refused, unless --adopt-branch is given."""
     cleaned = ctx.spec.cleaned
-    created = ctx.repo.created_as(cleaned)
-    ours = created == (ctx.base, f"retcon-sandbox: {CREATED}") and \
-        (tip == ctx.base or bool(recorded(ctx)))
-    if ours:
+    refusal = ownership.judge(ctx.repo.reflog(cleaned), ctx.spec_id, ctx.spec.path.name,
+                              cleaned, ctx.base, chain, recorded(ctx))
+    if refusal is None:
         return
     if not ctx.options.adopt_branch:
-        raise GitError(
-            f"the cleaned branch {cleaned!r} already exists ({tip[:12]}), and no run of "
-            f"{ctx.spec.path.name} created it",
-            f"Name a new `cleaned` branch in the spec (the usual case), or delete this one (git "
-            f"branch -D {cleaned}) if it is an old result of yours. To add commits on top of "
-            "it anyway, rerun with --adopt-branch.")
+        raise GitError(f"the cleaned branch {cleaned!r} already exists ({tip[:12]}): "
+                       f"{refusal.why}", refusal.hint)
     ctx.report.emit("warning", message=f"--adopt-branch: working on the existing branch "
-                    f"{cleaned} ({tip[:12]}), which this spec's runs did not create")
+                    f"{cleaned} ({tip[:12]}), though {refusal.why}")
 
 
-def recorded_on_branch(ctx: Run, tip: str) -> None:
+def recorded_on_branch(ctx: Run, tip: str, chain: list[str]) -> None:
     cleaned = ctx.spec.cleaned
-    chain = ctx.repo.first_parent_chain(ctx.base, tip)
-    if chain is None:
-        raise GitError(
-            f"the cleaned branch {cleaned!r} ({tip[:12]}) does not reach the merge-base "
-            f"({ctx.base[:12]}) through first parents",
-            f"A reconstruction is a straight line of commits on the merge-base. Delete it (git "
-            f"branch -D {cleaned}) or name another `cleaned` branch in the spec.")
     found = checks.off_chain(ctx.repo, ctx.spec, chain, tip)
     if found is None or is_squashed(ctx, tip, chain):
         return
@@ -201,11 +200,13 @@ def finish(ctx: Run) -> Result:
                 "invented": [{"path": i.path, "lines": i.lines, "first": i.first, "why": i.why}
                              for i in found.found]}
                for c in ctx.spec.commits if (found := ctx.provenance(c))]
+    result = Result(complete=True, trees_equal=equal,
+                    final_passed=check is None or check.outcome.passed)
     ctx.report.emit(
-        "summary", complete=True, provenance=origins, logical=len(ctx.spec.commits) - len(nothing),
+        "summary", complete=result.exit_code == EXIT_OK, exit_code=result.exit_code,
+        provenance=origins, logical=len(ctx.spec.commits) - len(nothing),
         fixes=sum(fixes_of(ctx, c) for c in ctx.spec.commits),
         squashed=ctx.options.squash_wip, branch=ctx.spec.cleaned, base=base, tip=tip,
         commits=len(ctx.repo.log(base, tip)), nothing=nothing, tokens=ctx.tokens,
         tests=tests_summary(ctx, check))
-    return Result(complete=True, trees_equal=equal,
-                  final_passed=check is None or check.outcome.passed)
+    return result

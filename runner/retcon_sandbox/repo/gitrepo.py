@@ -342,15 +342,15 @@ class Repo:
             return None
         return chain
 
-    def created_as(self, branch: str) -> tuple[str, str] | None:
-        """(sha, message) of the oldest entry of `branch`'s reflog: how this branch came to be
-        in this repository (deleting a branch deletes its reflog). None without a reflog."""
+    def reflog(self, branch: str) -> list[tuple[str, str]]:
+        """(sha, message) of each entry of `branch`'s reflog, oldest first: how this branch came
+        to be in this repository and what moved it (deleting a branch deletes its reflog).
+        Empty without a reflog."""
         try:
             out = self._git("reflog", "show", "--format=%H %gs", f"refs/heads/{branch}", "--")
         except GitError:
-            return None
-        lines = out.splitlines()
-        return (lines[-1][:40], lines[-1][41:]) if lines else None
+            return []
+        return [(line[:40], line[41:]) for line in reversed(out.splitlines()) if line]
 
     def log(self, base: str, tip: str) -> list[tuple[str, str]]:
         out = self._git("log", "--reverse", "--format=%H %s", f"{base}..{tip}")

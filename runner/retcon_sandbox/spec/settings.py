@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from retcon_sandbox.text import plain_number
+
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(k|m|g)(?:i?b)?", re.IGNORECASE)
 _UNITS = {"k": KIB, "m": MIB, "g": GIB}
@@ -52,13 +54,13 @@ def number(floor: float, ceiling: float, integer: bool = False) -> Callable[[obj
         if not ok or isinstance(value, bool) or \
                 (isinstance(value, float) and not math.isfinite(value)):
             raise SettingError(f"expected {'a whole number' if integer else 'a number'} from "
-                               f"{floor:g} to {ceiling:g}")
+                               f"{plain_number(floor)} to {plain_number(ceiling)}")
         try:
             as_float = float(value)  # type: ignore[arg-type]
         except OverflowError:  # an integer too large for a float
             as_float = math.inf
         if not math.isfinite(as_float) or not floor <= as_float <= ceiling:
-            raise SettingError(f"must be from {floor:g} to {ceiling:g}")
+            raise SettingError(f"must be from {plain_number(floor)} to {plain_number(ceiling)}")
         return value  # type: ignore[return-value]
     return parse
 
@@ -148,8 +150,9 @@ SETTINGS: tuple[Setting, ...] = (
             "network: package registries only)", "none"),
     Setting("setup_inputs", patterns, None, "files whose content keys the prepared environment",
             "the usual manifests and lock files"),
-    Setting("timeout", number(1, 86_400), 600, "seconds per build, test or setup command",
-            "600"),
+    Setting("timeout", number(1, 86_400), 600, "seconds per build or test command", "600"),
+    Setting("setup_timeout", number(1, 86_400), 1800, "seconds the whole `setup` may take, "
+            "all its commands together", "1800"),
     Setting("memory", size(64 * MIB, 256 * GIB), 2 * GIB, "memory limit (no swap beyond it)",
             "2g"),
     Setting("cpus", number(0.1, 1024), 2.0, "CPU limit", "2"),
@@ -169,8 +172,9 @@ SETTINGS: tuple[Setting, ...] = (
 )
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 # The limits a spec may only lower, each with the command-line option that raises it.
-LOWER_ONLY = {"timeout": "--timeout", "memory": "--memory", "cpus": "--cpus", "pids": "--pids",
-              "workspace_size": "--workspace-size", "tmp_size": "--tmp-size"}
+LOWER_ONLY = {"timeout": "--timeout", "setup_timeout": "--setup-timeout", "memory": "--memory",
+              "cpus": "--cpus", "pids": "--pids", "workspace_size": "--workspace-size",
+              "tmp_size": "--tmp-size"}
 SIZES = ("memory", "workspace_size", "tmp_size")
 COMMAND_LINE = {"image": text}  # --image may also be an image ID: the user's own choice
 
@@ -179,7 +183,7 @@ def shown(key: str, value: object) -> str:
     """A setting's value as a person writes it."""
     if key in SIZES and isinstance(value, int):
         return human_bytes(value)
-    return f"{value:g}" if isinstance(value, int | float) else str(value)
+    return plain_number(value) if isinstance(value, int | float) else str(value)
 
 
 def above_default(key: str, value: object) -> str | None:
@@ -202,6 +206,7 @@ class SandboxSettings:
     setup: tuple[str, ...]
     setup_inputs: tuple[str, ...] | None
     timeout: float
+    setup_timeout: float
     memory: int
     cpus: float
     pids: int

@@ -124,6 +124,7 @@ class Facts:
     timeline: Timeline | None = None
     commands: tuple[str | None, str | None] = (None, None)
     other_tokens: int = 0  # the model's work outside any one commit (the remainder)
+    exit_code: int | None = None  # the newest run's, when it finished (its summary event)
 
     @property
     def tokens(self) -> int:
@@ -320,7 +321,14 @@ def for_spec(repo: Repo, spec: Spec, spec_real: Path, wanted: tuple[str | None, 
                  commits(repo, cache, repo.commits_in(revs.source, revs.base), wanted),
                  logical(repo, spec, revs.base, revs.source, tokens), spec.source, spec.remote,
                  spec.cleaned, revs.base, equal, differing, timeline(events, records), wanted,
-                 tokens.get("other", 0))
+                 tokens.get("other", 0), finished_with(events))
+
+
+def finished_with(events: list[dict[str, Any]]) -> int | None:
+    """The exit code the newest run's summary said (a run that stopped before it has none)."""
+    ended = next((e for e in reversed(events) if e.get("event") == "summary"), None)
+    code = ended.get("exit_code") if ended else None
+    return code if isinstance(code, int) else None
 
 
 def for_range(repo: Repo, label: str, rows: Sequence[tuple[str, str, str]],
@@ -375,6 +383,8 @@ def outcome_line(facts: Facts) -> tuple[bool, str]:
         return False, f"Stopped: #{stuck.number} is stuck ({made})"
     if not done:
         return False, f"Not finished ({made})"
+    if facts.exit_code or facts.tree_equal is False:  # never Complete on a run that exits 3
+        return False, f"Finished, but not complete: exit {facts.exit_code or 1} ({made})"
     return True, f"Complete ({made})"
 
 

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from retcon_sandbox import threads
 from retcon_sandbox.backends import engines
 from retcon_sandbox.errors import ImageError, SandboxError, env_number
-from retcon_sandbox.text import sanitize_name
+from retcon_sandbox.text import plain_number, sanitize_name
 
 
 class _OnFirstUse(ModuleType):
@@ -92,9 +92,9 @@ def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) 
     if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
         return SandboxError(
             f"the Docker engine at {where} accepted the connection but did not answer within "
-            f"{deadline:g} s", f"Check that {setting} names a Docker engine and that it is "
-            "not stuck (`docker info` must answer), or raise RETCON_SANDBOX_ENGINE_TIMEOUT for "
-            "a slow one.")
+            f"{plain_number(deadline)} s", f"Check that {setting} names a Docker engine and "
+            "that it is not stuck (`docker info` must answer), or raise "
+            "RETCON_SANDBOX_ENGINE_TIMEOUT for a slow one.")
     if endpoint.host.startswith("ssh://"):
         return SandboxError(
             f"no Docker engine answers at {where}: {_first_line(exc)}",
@@ -290,25 +290,6 @@ class DockerEngine:
         except engine_errors() as exc:
             raise ImageError(f"importing the root filesystem failed: {_first_line(exc)}") from None
 
-    def remove_containers(self, labels: dict[str, str] | list[str]) -> int:
-        if isinstance(labels, dict):
-            selector = [f"{k}={v}" for k, v in labels.items()]
-        else:
-            selector = list(labels)
-        try:
-            found = self.client.containers.list(all=True, ignore_removed=True,
-                                                filters={"label": selector})
-            for container in found:
-                _remove(container)
-        except engine_errors() as exc:
-            raise SandboxError(f"cannot list or remove containers: {_first_line(exc)}") from None
-        return len(found)
-
-    def remove_networks(self, labels: dict[str, str]) -> None:
-        """The setup networks a killed run left (with their containers gone)."""
-        for network_id in self.sandbox_networks(labels):
-            self.remove_network(network_id)
-
     def sandbox_networks(self, labels: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
         """The setup networks on the engine (those of runs on one spec, with `labels`)."""
         selector = [f"{k}={v}" for k, v in labels.items()] if labels else [LABEL_RUN]
@@ -357,6 +338,16 @@ class DockerEngine:
             raise ImageError(f"image {image} is not available",
                              "Run `retcon-sandbox images build`, or name another image with "
                              "--image.") from None
+        except engine_errors() as exc:
+            raise EngineError(_first_line(exc)) from None
+
+    def attach_stdin(self, container_id: str) -> Any:
+        """A socket whose writes are the container's standard input: the wrapper the SDK
+        returns, which must be kept (collected, it closes the socket under its user). A
+        container created with stdin_open and detach=False (StdinOnce) sees its input end when
+        this connection closes, whoever closes it: the kernel does when our process dies."""
+        try:
+            return self.client.api.attach_socket(container_id, params={"stdin": 1, "stream": 1})
         except engine_errors() as exc:
             raise EngineError(_first_line(exc)) from None
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retcon_sandbox import userkey
+from retcon_sandbox import deadlines, userkey
 from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
@@ -33,10 +33,16 @@ from retcon_sandbox.backends.api import (
     check_isolation,
 )
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine, EngineError
+from retcon_sandbox.backends.docker.leases import LEASE_S, Leases
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
 from retcon_sandbox.backends.hostaccess import CACHE_PATH
 from retcon_sandbox.errors import ImageError, SandboxError
-from retcon_sandbox.resources import egress_source, helper_source, supervisor_source
+from retcon_sandbox.resources import (
+    egress_source,
+    helper_source,
+    keeper_source,
+    supervisor_source,
+)
 from retcon_sandbox.spec.settings import SandboxSettings, human_bytes
 
 UID = 10001  # the helper: file tools
@@ -56,6 +62,11 @@ PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3")  # in PATH's usual orde
 _LAUNCH = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\" -I -S \"$@\"; "
            f"fi; done; echo 'retcon-sandbox: no python3 in /usr/local/bin or /usr/bin' >&2; "
            "exit 127")
+# Every container's first process (sandbox/keeper.py): it ends the container when its run is
+# gone. An image without python3 runs `sleep` for the lease instead (the helper then says what
+# is missing, and the run removes the container).
+_KEEP = (f"for p in {' '.join(PYTHONS)}; do if [ -x \"$p\" ]; then exec \"$p\" -I -S \"$@\"; "
+         f"fi; done; exec sleep {LEASE_S:.0f}")
 # Setup's package cache (a volume at CACHE_PATH, mounted into setup containers only): where
 # each tool keeps its downloads. Cargo's downloads must be in the image for offline builds:
 # they are copied in before setup and back after it (see Environments).
@@ -163,18 +174,21 @@ class DockerBackend:
         self.owner = liveness.labels_of(liveness.this_process())  # for `clean`
         self.proxy_log: Callable[[], str] = lambda: ""  # the last setup's egress decisions
         self.sysctls = dict(SYSCTLS)  # emptied when the engine cannot set them (`_started`)
+        self.leases = Leases(engine)  # each container's input, held while the run lives
 
     def describe(self) -> str:
         s = self.settings
         return (f"docker (image {self.image}, network none, uids {UID}/{COMMAND_UID}, memory "
                 f"{human_bytes(s.memory)}, pids {s.pids})")
 
-    def create_kwargs(self, label: str, image: str | None = None) -> dict[str, Any]:
+    def create_kwargs(self, label: str, image: str | None = None, lifetime: float = 0.0
+                      ) -> dict[str, Any]:
+        """A container that ends itself when its run is gone (see `keeper_kwargs`), or
+        `lifetime` seconds after it started (0: no such bound)."""
         s = self.settings
         return {
             "image": image or self.image,
-            "entrypoint": ["sleep"],  # the image's ENTRYPOINT never runs
-            "command": ["infinity"],
+            **keeper_kwargs(lifetime),  # the image's ENTRYPOINT never runs
             "user": f"{UID}:{GID}",
             "network_mode": "none",
             "cap_drop": ["ALL"],
@@ -198,7 +212,6 @@ class DockerBackend:
             "labels": {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path,
                        "retcon-sandbox.step": label, **self.owner},
             "stop_signal": "SIGKILL",
-            "detach": True,
         }
 
     def _shadowed_volumes(self) -> dict[str, str]:
@@ -218,23 +231,26 @@ class DockerBackend:
 
     @contextlib.contextmanager
     def open_setup(self, label: str, network: str, registries: tuple[str, ...],
-                   ca_bundle: bytes | None, cache: str | None = None
-                   ) -> Iterator[DockerSandbox]:
+                   ca_bundle: bytes | None, cache: str | None = None, lifetime: float = 0.0,
+                   allowed: tuple[str, ...] = ()) -> Iterator[DockerSandbox]:
         """A sandbox for `[sandbox] setup`: hardened like any other, but its root is writable
         (it becomes the prepared image) and it has the network `network` names: `registries`
         (an internal network whose only way out is the egress proxy), `full` or `none`. The
         variables naming the proxy and the host's CA bundle reach the setup's commands only;
         the bundle's file (public certificates) stays in the image at CA_PATH. `cache`: the
-        package cache's volume, mounted at CACHE_PATH (never part of the image)."""
+        package cache's volume, mounted at CACHE_PATH (never part of the image). `lifetime`:
+        the setup's own deadline, past which its container and proxy end themselves.
+        `allowed`: --setup-allow-address's networks, which the egress proxy may reach."""
         with contextlib.ExitStack() as stack:
-            kwargs = {**self.create_kwargs(label), "read_only": False}
+            kwargs = {**self.create_kwargs(label, lifetime=lifetime), "read_only": False}
             env = dict(self.env)
             if cache is not None:
                 kwargs["volumes"] = {cache: {"bind": CACHE_PATH, "mode": "rw"}}
                 env.update(CACHE_VARIABLES)
             if network == "registries":
                 kwargs.pop("network_mode")
-                kwargs["network"], proxy = stack.enter_context(self._egress(registries))
+                kwargs["network"], proxy = stack.enter_context(
+                    self._egress(registries, lifetime, allowed))
                 kwargs["dns"] = [NO_DNS]
                 env.update(proxy_variables(proxy))
             elif network == "full":
@@ -291,7 +307,7 @@ class DockerBackend:
         if self.proxy_image is None:
             raise ImageError("the package cache's containers run from retcon-sandbox/base, which "
                              "was not made ready", "Give --no-package-cache, or report this.")
-        kwargs = {**self.create_kwargs("cache", self.proxy_image),
+        kwargs = {**self.create_kwargs("cache", self.proxy_image, CACHE_MEASURE_S * 3),
                   "user": "0:0", "cap_add": [capability],
                   "volumes": {name: {"bind": CACHE_PATH, "mode": mode}}}
         kwargs["tmpfs"] = {k: v for k, v in kwargs["tmpfs"].items() if k in ("/tmp",
@@ -300,7 +316,7 @@ class DockerBackend:
         try:
             yield container_id
         finally:
-            self.engine.discard_container(container_id)
+            self.discard(container_id)
 
     def commit_image(self, box: DockerSandbox, labels: dict[str, str]) -> str:
         """The setup container as an untagged image (its tmpfs mounts are not part of it): its
@@ -346,7 +362,7 @@ class DockerBackend:
         finally:
             if box is not None:
                 box.close()
-            self.engine.discard_container(container_id)
+            self.discard(container_id)
 
     def _started(self, kwargs: dict[str, Any], ca_bundle: bytes | None) -> str:
         """A container created (with the CA bundle, when given) and started: its id. An engine
@@ -356,13 +372,14 @@ class DockerBackend:
         container_id = None
         try:
             container_id = self.engine.create_container(kwargs)
+            self.leases.hold(container_id)
             if ca_bundle is not None:
                 self.engine.put_archive(container_id, "/", _ca_tar(ca_bundle))
             self.engine.start_container(container_id)
             return container_id
         except EngineError as exc:
             if container_id is not None:
-                self.engine.discard_container(container_id)
+                self.discard(container_id)
             said = str(exc).lower()  # runc: "open /proc/sys/net/...: no such file"
             if kwargs.get("sysctls") and ("sysctl" in said or "/proc/sys/" in said):
                 self.sysctls = {}
@@ -371,8 +388,14 @@ class DockerBackend:
                 "the sandbox container failed"
             raise SandboxError(f"{what}: {exc}") from None
 
+    def discard(self, container_id: str) -> None:
+        """End the container (its input closed: its keeper ends it) and remove it now."""
+        self.leases.release(container_id)
+        self.engine.discard_container(container_id)
+
     @contextlib.contextmanager
-    def _egress(self, registries: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    def _egress(self, registries: tuple[str, ...], lifetime: float = 0.0,
+                allowed: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
         """An internal network whose only way out is the egress proxy (`sandbox/egress.py`),
         itself on an ordinary network: (the internal network's name, the proxy's URL). The
         internal network's bridge has no address on the host (`inhibit_ipv4`), so nothing
@@ -398,16 +421,20 @@ class DockerBackend:
                 stack.callback(engine.remove_network, inside_id)
                 proxy = engine.create_container(dict(
                     image=image, entrypoint=["/usr/bin/python3"],  # our base's
-                    command=["-I", "-S", "-c", egress_source(), str(PROXY_PORT), *registries,
+                    command=["-I", "-S", "-c", keeper_source(), str(LEASE_S), str(lifetime),
+                             "/usr/bin/python3", "-I", "-S", "-c", egress_source(),
+                             str(PROXY_PORT), *registries, *(f"--allow={a}" for a in allowed),
                              *(f"--block={a}" for a in engine.host_addresses())],
+                    stdin_open=True, detach=False, auto_remove=True,
                     user=f"{UID}:{GID}", network=outside, cap_drop=["ALL"],
                     security_opt=["no-new-privileges"], read_only=True,
                     tmpfs={"/tmp": "rw,nosuid,nodev,size=16m"}, pids_limit=64,
                     mem_limit=256 * 1024 * 1024, nano_cpus=500_000_000, init=True,
                     environment={}, log_config=dict(
                         type="json-file", config={"max-size": "1m", "max-file": "1"}),
-                    labels={**labels, "retcon-sandbox.step": "egress proxy"}, detach=True))
-                stack.callback(engine.discard_container, proxy)
+                    labels={**labels, "retcon-sandbox.step": "egress proxy"}))
+                stack.callback(self.discard, proxy)
+                self.leases.hold(proxy)
                 engine.connect(inside_id, proxy, aliases=[PROXY_ALIAS])
                 engine.start_container(proxy)
                 _wait_listening(engine, proxy)
@@ -460,7 +487,7 @@ class DockerBackend:
         `prepare_first`: a --prepare in the same exec, before the command. `feed`: the
         exec's stdin (a --prepare's tree entries), sent as it starts."""
         started = time.monotonic()
-        margin = COMMAND_MARGIN_S + (PREPARE_S if prepare_first else 0.0)
+        margin = deadlines.stretched(COMMAND_MARGIN_S + (PREPARE_S if prepare_first else 0.0))
         argv = mode_args if mode_args is not None else [
             *(prepare_first.args if prepare_first else []), "--run", str(timeout), command]
         if prepare_first is not None:
@@ -530,8 +557,17 @@ class DockerBackend:
                                "it was removed", "Rerun to resume.") from None
 
     def reap(self) -> int:
-        removed = self.engine.remove_containers({LABEL_SPEC: self.spec_path})
-        self.engine.remove_networks({LABEL_SPEC: self.spec_path})
+        """Remove what killed runs of this spec left (the spec's lock keeps a live run of it
+        away): a container its keeper could not end (killed between its creation and its
+        start, when the keeper had not run yet), and setup networks. `clean` removes those of
+        every run that is gone. The count of containers removed."""
+        removed = 0
+        for container_id, labels in self.engine.sandbox_containers().items():
+            if labels.get(LABEL_SPEC) == self.spec_path:
+                self.engine.remove_container(container_id)
+                removed += 1
+        for network_id in self.engine.sandbox_networks({LABEL_SPEC: self.spec_path}):
+            self.engine.remove_network(network_id)
         return removed
 
     def environment(self) -> str:
@@ -626,6 +662,16 @@ def _feed(stream: ExecStream, data: bytes) -> None:
     stream.deadline = None
 
 
+def keeper_kwargs(lifetime: float) -> dict[str, Any]:
+    """The create arguments of a container whose first process is the keeper: its input open
+    for the run to hold (`Leases`), closed when the run's connection closes (StdinOnce, which
+    the SDK sets for stdin_open without detach), and removed by the engine once it ends."""
+    return {"entrypoint": ["/bin/sh"],
+            "command": ["-c", _KEEP, "retcon-keeper", "-c", keeper_source(), str(LEASE_S),
+                        str(lifetime)],
+            "stdin_open": True, "detach": False, "auto_remove": True}
+
+
 def python_argv(name: str, source: str, *args: str) -> list[str]:
     """`source` run by the image's system python3 (see PYTHONS) with `args`; `name` is its
     argv[0] in the container's process list."""
@@ -660,16 +706,35 @@ def _ca_tar(bundle: bytes) -> bytes:
     return buffer.getvalue()
 
 
-def _wait_listening(engine: DockerEngine, proxy: str) -> None:
-    deadline = time.monotonic() + PROXY_READY_S
+def _wait_listening(engine: DockerEngine, proxy: str, ready_s: float = PROXY_READY_S) -> None:
+    """Until the egress proxy says it listens, within `ready_s` stretched by this machine's
+    load (a busy machine starts it slowly). A proxy that stopped, or that did not say it in
+    time, is an error that says which, with what it wrote."""
+    limit = deadlines.stretched(ready_s)
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if "listening on" in engine.container_logs(proxy):
+        logs = engine.container_logs(proxy)
+        if "listening on" in logs:
             return
-        if engine.container_status(proxy) not in ("created", "running"):
-            break
-        time.sleep(0.1)
-    raise SandboxError("the setup's egress proxy did not start: "
-                       + engine.container_logs(proxy)[-500:],
-                       "Rebuild it (`retcon-sandbox images build`); or give --setup-network "
-                       "full.")
+        if KEEPER_SAID_ENDED in logs or \
+                engine.container_status(proxy) not in ("created", "running"):
+            raise SandboxError("the setup's egress proxy stopped before it listened: "
+                               + _said(engine.container_logs(proxy)),
+                               "Rebuild our base image (`retcon-sandbox images build base`), "
+                               "or give --setup-network full (or none); report it if it "
+                               "stops again.")
+        time.sleep(0.2)
+    raise SandboxError(f"the setup's egress proxy did not say it was listening within "
+                       f"{limit:.0f} s ({deadlines.busy_note()}): "
+                       + _said(engine.container_logs(proxy)),
+                       "A busy machine or engine starts it slowly: rerun when it is less "
+                       "loaded, or give --setup-network full (or none), which needs no proxy.")
 
+
+KEEPER_SAID_ENDED = "retcon-keeper: the command ended"  # sandbox/keeper.py's line
+
+
+def _said(logs: str) -> str:
+    """The last of what a container wrote, or that it wrote nothing."""
+    text = logs.strip()[-500:]
+    return text if text else "it wrote nothing"

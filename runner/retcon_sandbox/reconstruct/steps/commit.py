@@ -83,7 +83,7 @@ def recover(run: Run, commit: CommitSpec, step: Verify) -> None:
         if run.repo.clear_interrupted_update(run.spec.cleaned, expected):
             run.report.emit("recovered", number=commit.number,
                             what=f"removed the lock a killed update of {run.spec.cleaned} left")
-        run.repo.update_branch(run.spec.cleaned, expected, tip, "finish interrupted update")
+        run.move_branch(expected, tip, "finish interrupted update")
         run.report.emit("recovered", number=commit.number,
                         what=f"moved {run.spec.cleaned} to {expected[:7]}")
         return

@@ -121,7 +121,7 @@ def squash(run: Run) -> None:
         raise refusal(run, decision, planned, outcomes, tip, already)
     if already:
         return
-    run.repo.update_branch(run.spec.cleaned, new, tip, "squash fix commits")
+    run.move_branch(new, tip, "squash fix commits")
     run.report.emit("squashed", commits=len(planned), tip=new, old_tip=tip)
 
 
