@@ -7,7 +7,9 @@ for (by default the usual manifests and lock files of Python, Node, Rust and Go 
 pyproject.toml and Cargo.toml only their dependency tables, see `manifests`), and the whole
 content of every tracked file setup names (`setup_files`: the script it runs, a `-r` file, a
 makefile, and what those name in turn), so a branch cannot change what setup runs and keep
-another tree's key. The `setup` event says why a new environment is made (`why_new`). The
+another tree's key. A setup whose every command reads known files (`pip install NAME`, `-r`
+files of names, `cargo fetch` with a lock, `npm ci`: see `setupreads`) is keyed on exactly
+those. The `setup` event says why a new environment is made (`why_new`). The
 verification cache keys each result on the prepared image's own ID too (`prepared_id`). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from retcon_sandbox import progress, threads
 from retcon_sandbox.archive import TarStream, spooled
-from retcon_sandbox.backends import images, manifests
+from retcon_sandbox.backends import images, manifests, setupreads
 from retcon_sandbox.backends.api import Backend, Sandbox, ToolFailure
 from retcon_sandbox.backends.hostaccess import CACHE_PATH, SetupPolicy
 from retcon_sandbox.backends.images import (
@@ -284,11 +286,11 @@ class Environments:
         if tree not in self._keys:
             with self.git_lock:
                 entries = self.repo.ls_tree(tree)
-                files = inputs(entries, self._inputs, self.settings.setup, self._link_target,
-                               self._manifest)
+                files, known = keyed_inputs(entries, self.settings, self._link_target,
+                                            self._manifest)
             image_id = self.docker.engine.image_id(self.docker.image)
             key = environment_key(image_id, self.settings.setup, self.settings.git_metadata,
-                                  self.tag, files, self.scope())
+                                  self.tag, files, self.scope(), known)
             self._keys[tree] = key
             self._records[key] = input_record(image_id, self.settings.setup,
                                               self.settings.git_metadata, self.tag, files)
@@ -863,6 +865,23 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, 
             for path, e in sorted(entries.items()) if path in named or patterns.matches(path)}
 
 
+def keyed_inputs(entries: dict[str, TreeEntry], settings: SandboxSettings,
+                 link: LinkTarget | None = None, read: ReadBlob | None = None
+                 ) -> tuple[Fingerprint, bool]:
+    """The files that key a setup's environment, and whether they are exactly what its
+    commands read (`setupreads`): then each is keyed by what an installer reads of it (see
+    `manifests`), and nothing else is. Otherwise (a command whose reads are not known, or
+    `setup_inputs` chosen in the spec) `inputs`: every manifest, and every file setup names."""
+    patterns = Patterns(DEFAULT_INPUTS if settings.setup_inputs is None
+                        else settings.setup_inputs)
+    if settings.setup_inputs is None and read is not None:
+        reads = setupreads.known_reads(settings.setup, entries, read)
+        if reads is not None:
+            return {path: manifests.parts(path, entries[path].mode, entries[path].sha, read)
+                    for path in sorted(reads)}, True
+    return inputs(entries, patterns, settings.setup, link, read), False
+
+
 _WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
 _QUOTED = re.compile(r"'([^'\n]+)'|\"([^\"\n]+)\"")  # a quoted word may hold spaces
 # A tool a setup command runs may run files no word names: a crate's build script, npm's
@@ -1058,9 +1077,11 @@ def _joined(directory: str, path: str) -> str:
 
 
 def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
-                    files: Fingerprint, scope: str = "") -> str:
-    text = json.dumps({"v": 2, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
-                       "inputs": files, "repository": scope}, sort_keys=True)
+                    files: Fingerprint, scope: str = "", known: bool = False) -> str:
+    """`known`: `files` are exactly what the setup commands read (`keyed_inputs`)."""
+    fields = {"v": 2, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
+              "inputs": files, "repository": scope, **({"reads": "known"} if known else {})}
+    text = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
