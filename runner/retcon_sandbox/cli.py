@@ -277,9 +277,9 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
                        help="work on an existing cleaned branch that this spec's runs did not "
                        "create (its commits are kept under the new ones)")
         p.add_argument("--no-base-check", action="store_true",
-                       help="do not build and test the base commit before the first commit "
-                       "(by default a base that fails for a missing module or crate stops the "
-                       "run, naming it and the [sandbox] setup recipe)")
+                       help="do not build and test the base commit when the first commit "
+                       "fails (by default a base that fails for a missing module or crate "
+                       "stops the run, naming it and the [sandbox] setup recipe)")
         p.add_argument("--non-interactive", action="store_true",
                        help="never ask for a resolution note; stop with exit 3")
         p.add_argument("--json", action="store_true", help="one JSON event per line on stdout")

@@ -56,7 +56,7 @@ class RunOptions:
     reuse: bool = True  # the squash check's used sandboxes may take another tree, once wiped
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
-    base_check: bool = True  # build and test the base commit first (--no-base-check: not)
+    base_check: bool = True  # the base commit explains a first failure (--no-base-check: not)
     # while a commit builds and tests: "warm" opens the next one's sandbox, "full" also has
     # the model extract it ahead (steps/speculate.py); "off": one thing at a time
     pipeline: str = "off"
@@ -117,6 +117,7 @@ class Run:
     retiring: list[threading.Thread] = field(default_factory=list)  # sandboxes being removed
     retire_errors: list[Exception] = field(default_factory=list)
     appended: list[tuple[int, Entry]] = field(default_factory=list)  # this run's, in order
+    base_checked: bool = False  # this run built and tested the base (steps/basecheck.py)
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 

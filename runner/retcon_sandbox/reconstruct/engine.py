@@ -9,11 +9,9 @@ history again, so a run can stop anywhere and the next run goes on from the file
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, ConfigError, GitError
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, GitError
 from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
@@ -23,7 +21,6 @@ from retcon_sandbox.reconstruct.steps.speculate import discard, settle
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
 from retcon_sandbox.spec.history import Done, commits_created, next_step
-from retcon_sandbox.verify import missing
 from retcon_sandbox.verify.stages import check_runnable
 
 
@@ -67,9 +64,9 @@ def preflight(ctx: Run) -> None:
     """Before the branch is created or any entry written, when there is work left: the
     environment of the tip's tree is prepared (a setup that fails or times out stops here, and
     the first commit reuses it), and the programs the build and test commands start with exist
-    in it; while no commit is on the branch, the base commit must not fail for a missing
-    dependency (`base_check`). So an exit 1 here means that this run recorded nothing (the
-    error's hint says so: `Run.what_was_recorded`)."""
+    in it. So an exit 1 here means that this run recorded nothing (the error's hint says so:
+    `Run.what_was_recorded`). The base commit itself is built and tested only if the first
+    commit fails (steps/basecheck.py)."""
     if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
@@ -80,22 +77,6 @@ def preflight(ctx: Run) -> None:
         check_runnable(opened.box, ctx.verifier.commands)
         if ctx.final is not None:
             check_runnable(opened.box, ctx.final.commands)
-        if tip == ctx.base and ctx.options.base_check and ctx.verifier.runs_anything:
-            base_check(ctx, tree, lambda: opened.box)
-
-
-def base_check(ctx: Run, tree: str, box: Callable[[], Sandbox]) -> None:
-    """While no commit is on the cleaned branch: the base commit is built and tested (cached
-    like any tree). A missing module or crate stops the run here, naming it and the setup that
-    installs it (`missing.judge`); any other failure is a warning, and the run goes on."""
-    outcome = ctx.verifier.baseline(tree, box)
-    failed = next((s.which for s in outcome.stages if not s.passed), "test")
-    verdict = missing.judge(outcome.failure, ctx.settings.setup, ctx.repo.ls_tree(tree),
-                            "build" if failed == "build" else "tests")
-    if isinstance(verdict, ConfigError):
-        raise verdict
-    if verdict is not None:
-        ctx.report.emit("warning", message=verdict)
 
 
 def check_branch(ctx: Run) -> None:
