@@ -26,20 +26,32 @@ def events(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
+def preflights(engine: DockerEngine, since: float, until: float) -> list[object]:
+    """The preflight containers the engine created between `since` and `until`."""
+    return list(engine.client.events(since=int(since), until=int(until) + 1, decode=True,
+                                     filters={"type": "container", "event": "create",
+                                              "label": "retcon-sandbox.step=preflight"}))
+
+
 def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: DockerEngine,
                                                                     tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True)
     original = demo.spec.read_text()
+    since = time.time()
     first = cli("execute", str(demo.spec), *DOCKER)
     assert first.code == 0 and first.out.count("Sandbox ready") == 4, first.out + first.err
+    assert len(preflights(engine, since, time.time())) == 1
 
-    # a redo: the same trees, so no build, no test, no container
+    # a redo: the same trees, so no build, no test, no container: not even the preflight's,
+    # whose check passed in this environment before
     demo.git("branch", "-D", "feature-clean")
     demo.spec.write_text(original)
+    since = time.time()
     redo = cli("execute", str(demo.spec), *DOCKER)
     assert redo.code == 0, redo.out + redo.err
-    assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8 + 1
-    assert "Checking the base commit: build PASS, tests PASS (cached)" in redo.out
+    assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8
+    assert preflights(engine, since, time.time()) == []
+    assert "Checking the base commit" not in redo.out  # only a failing first commit needs it
 
     # the environment is the image's ID (what the tag names today), then the setup's key
     cached = cli("verify", str(demo.spec), "--json")

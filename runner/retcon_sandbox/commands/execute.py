@@ -168,7 +168,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   run_options(options), settings, envs,
                   ask=ask_note if interactive else None,
-                  source=revs.source, base=revs.base, final=final)
+                  source=revs.source, base=revs.base, final=final, state=state_dir)
         started.append(ctx)
         try:
             result = engine.run(ctx)

@@ -39,6 +39,7 @@ from retcon_sandbox.spec.history import (
     next_step,
 )
 from retcon_sandbox.spec.settings import SandboxSettings
+from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.verify.stages import Verifier
 
 if TYPE_CHECKING:  # openai loads only when a model is named (commands/setup.make_agent)
@@ -111,6 +112,7 @@ class Run:
     ask: AskNote | None = None
     source: str = ""
     final: Verifier | None = None  # `[sandbox] test_final`: the finished branch's check
+    state: StateDir | None = None  # the repository's state directory (the preflight's stamps)
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
     speculation: Speculation | None = None  # see steps/speculate.py

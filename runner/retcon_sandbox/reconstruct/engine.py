@@ -9,6 +9,8 @@ history again, so a run can stop anywhere and the next run goes on from the file
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, GitError
@@ -21,7 +23,7 @@ from retcon_sandbox.reconstruct.steps.speculate import discard, settle
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
 from retcon_sandbox.spec.history import Done, commits_created, next_step
-from retcon_sandbox.verify.stages import check_runnable
+from retcon_sandbox.verify.stages import check_runnable, first_program
 
 
 @dataclass(frozen=True)
@@ -65,18 +67,42 @@ def preflight(ctx: Run) -> None:
     environment of the tip's tree is prepared (a setup that fails or times out stops here, and
     the first commit reuses it), and the programs the build and test commands start with exist
     in it. So an exit 1 here means that this run recorded nothing (the error's hint says so:
-    `Run.what_was_recorded`). The base commit itself is built and tested only if the first
-    commit fails (steps/basecheck.py)."""
+    `Run.what_was_recorded`). Once that check has passed for these commands in this very
+    environment (the image's ID, and the prepared environment's), a stamp in the state
+    directory says so, and a later run (a redo, a resume) opens no sandbox for it. The base
+    commit itself is built and tested only if the first commit fails (steps/basecheck.py)."""
     if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
         return
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
     tree = ctx.repo.tree_of(tip)
+    stamp = runnable_stamp(ctx, tree)
+    if stamp is not None and ctx.state is not None and ctx.state.has_stamp(stamp):
+        return
     with ctx.envs.sandbox("preflight", tree, (tip, 0)) as opened:
         check_runnable(opened.box, ctx.verifier.commands)
         if ctx.final is not None:
             check_runnable(opened.box, ctx.final.commands)
+    stamp = runnable_stamp(ctx, tree)  # its environment is prepared now
+    if stamp is not None and ctx.state is not None:
+        ctx.state.add_stamp(stamp)
+
+
+def runnable_stamp(ctx: Run, tree: str) -> str | None:
+    """What the preflight's check depends on: the commands it checks, the environment they run
+    in (None when it is not prepared yet), and the tree when a program is a path in it
+    (`./run-tests`)."""
+    key = ctx.verifier.key_for(tree)
+    if key is None:
+        return None
+    verifiers = [ctx.verifier, *([ctx.final] if ctx.final is not None else [])]
+    commands = [v.commands.planned(which) for v in verifiers for which in ("build", "test")]
+    programs = [first_program(c) for c in commands if c]
+    in_tree = any(p is None or "/" in p for p in programs)
+    text = json.dumps({"v": 1, "commands": commands, "environment": key.environment,
+                       "tree": tree if in_tree else None})
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_branch(ctx: Run) -> None:
