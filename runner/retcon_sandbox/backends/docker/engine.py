@@ -183,8 +183,8 @@ class DockerEngine:
         try:
             with threads.quiet():  # paramiko's transport thread (ssh://) leaves Ctrl-C to us
                 self.client = self._client(deadline)
-                self.client.ping()
-            engines.refuse_unsupported(self.endpoint, self.client.version())
+                version = self.client.version()  # an answer: no ping needed before it
+            engines.refuse_unsupported(self.endpoint, version)
         except _connect_errors() as exc:
             raise _no_engine(exc, deadline, self.endpoint) from None
         self.client.api.timeout = 120
