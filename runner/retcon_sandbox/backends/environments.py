@@ -589,6 +589,7 @@ class Environments:
             with self.git_lock:
                 box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
             self._prepare_workspace(box, tree, version)
+            before = box.owned_files(self.settings.timeout)
             deadline = time.monotonic() + self.settings.setup_timeout
             if cache is not None:
                 self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
@@ -601,16 +602,26 @@ class Environments:
                 raise SetupError("setup passed, but what it made in the workspace could not be "
                                  f"kept: {kept.output.strip()[-500:]}",
                                  "The image needs a writable /var/tmp.")
-            self._within_files(docker, box)
+            self._within_files(docker, box, before)
             return docker.commit_image(box, {
                 LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
                 "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
                 LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
 
-    def _within_files(self, docker: DockerBackend, box: DockerSandbox) -> None:
+    def _within_files(self, docker: DockerBackend, box: DockerSandbox, before: int | None
+                      ) -> None:
         """Setup's files are held to --setup-disk before anything is kept, one per FILE_BYTES
-        of it, as the package cache's are: empty files take no bytes, but inodes."""
-        files, most = docker.files_written(box), self.policy.disk // FILE_BYTES
+        of it, as the package cache's are: empty files take no bytes, but inodes. Setup runs
+        as the commands' uid without capabilities, so what it makes is theirs: the files of
+        theirs after it, less those `before` it (counted in the container: the engine's own
+        list of changes walks the whole image on some storage drivers, 15 s for a venv on
+        fuse-overlayfs). A file it rewrites or removes there is not counted: at most as many
+        as the image held before, which is small beside the cap. When a count fails (a
+        folder of theirs they cannot read), the engine's list is asked."""
+        after = box.owned_files(self.settings.timeout) if before is not None else None
+        files = after - before if after is not None and before is not None else \
+            docker.files_written(box)
+        most = self.policy.disk // FILE_BYTES
         if files > most:
             raise SetupError(f"setup wrote {files} files, over the {most} that --setup-disk "
                              f"{human_bytes(self.policy.disk)} allows: the environment was not "
