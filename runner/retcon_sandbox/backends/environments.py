@@ -255,6 +255,8 @@ class Environments:
         # trees are read from git one at a time (verify -j), whatever engine they go to
         self.git_lock = git_lock or threading.Lock()
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
+        self._command_seconds = 0.0  # what the current setup's commands took
+        self._closing: list[threading.Thread] = []  # see `_behind`
         self._warned = False
         self._described: dict[str, tuple[str, int] | None] = {}  # commit -> `git describe`
         self._versioned = False  # the git metadata's line was shown
@@ -485,11 +487,18 @@ class Environments:
                             again=kept)
             self._prepared.add(key)
             self._ids[key] = docker.engine.image_id(tag)
+            later = contextlib.ExitStack()  # nothing of this run waits for these
             if replaced is not None and replaced != self._ids[key]:
-                with contextlib.suppress(ImageError):  # still used by a container: prune
-                    docker.engine.remove_image(replaced)  # the image --no-cache replaced
-            self._prune(docker.engine)
+                later.callback(self._remove_replaced, docker.engine, replaced)
+            later.callback(self._prune, docker.engine)
+            self._behind(later)
         return tag
+
+    @staticmethod
+    def _remove_replaced(engine: DockerEngine, image: str) -> None:
+        """The image --no-cache replaced (still used by a container: `_prune`, later)."""
+        with contextlib.suppress(ImageError):
+            engine.remove_image(image)
 
     def _prune(self, engine: DockerEngine) -> None:
         """Keep the newest `--keep-environments` of this repository's environments (and every
@@ -558,6 +567,7 @@ class Environments:
     def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str,
                    version: Version, again: bool) -> None:
         started = time.monotonic()
+        self._command_seconds = 0.0  # the setup's own commands: the rest is ours
         commands = self.settings.setup
         ca = host_ca_bundle()
         record = self._records.get(key, {})
@@ -565,48 +575,74 @@ class Environments:
         self.report.emit("setup", image=docker.image, key=key, network=self.policy.network,
                          commands=len(commands), ca=str(ca[0]) if ca else None,
                          reason=self._why(docker.engine, record, again), cache=cache)
-        with contextlib.ExitStack() as measured:
-            measured.enter_context(progress.phase(self.report, "setup"))
-            if cache is not None:  # measured after a setup that failed too: it may be full
-                docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
-                measured.callback(self._keep_cache_within_disk, docker, cache)
-            image_id = self._setup_in_container(docker, tree, version, ca, cache, record)
+        after = contextlib.ExitStack()  # the setup's containers and networks, then the cache
+        try:
+            with progress.phase(self.report, "setup"):
+                if cache is not None:  # measured after a setup that failed too: it may be full
+                    docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
+                    after.callback(self._keep_cache_within_disk, docker, cache)
+                image_id = self._setup_in_container(docker, tree, version, ca, cache, record,
+                                                    after)
+        except BaseException:
+            after.close()
+            raise
+        self._behind(after)
         self._keep_within_disk(docker, image_id, repository, key)
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
-                         seconds=round(time.monotonic() - started, 1))
+                         seconds=round(time.monotonic() - started, 1),
+                         commands=round(self._command_seconds, 1))
+
+    def _behind(self, closing: contextlib.ExitStack) -> None:
+        """Close `closing` in a thread of its own (sandbox I/O only): once a setup is committed,
+        nothing waits for its container, proxy and networks to go (seconds, on some storage
+        drivers), nor for the package cache's measure. `settle` waits for them."""
+        def close() -> None:
+            try:
+                closing.close()
+            except Exception as exc:  # said, never lost: removal is retried by `clean`
+                self.report.emit("warning", message=f"after a setup: {exc}")
+
+        self._closing.append(threads.start(close, "retcon-setup-done"))
+
+    def settle(self) -> None:
+        """Wait for what setups left to close (`_behind`): before the run ends."""
+        for thread in self._closing:
+            thread.join()
+        self._closing.clear()
 
     def _setup_in_container(self, docker: DockerBackend, tree: str, version: Version,
                             ca: tuple[Path, bytes] | None, cache: str | None,
-                            record: dict[str, object]) -> str:
+                            record: dict[str, object], after: contextlib.ExitStack) -> str:
         """The setup's commands in a setup container, committed as an untagged image: its ID.
         They share `setup_timeout`, from the first one's start; the container (and its egress
-        proxy) end themselves SETUP_MARGIN_S after it, should the run hang."""
+        proxy) end themselves SETUP_MARGIN_S after it, should the run hang. `after` closes
+        the container."""
         commands = self.settings.setup
-        with docker.open_setup("setup", self.policy.network, self.policy.registries,
-                               ca[1] if ca else None, cache,
-                               lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
-                               allowed=self.policy.allowed_addresses) as box:
-            with self.git_lock:
-                box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
-            self._prepare_workspace(box, tree, version)
-            before = box.owned_files(self.settings.timeout)
-            deadline = time.monotonic() + self.settings.setup_timeout
-            if cache is not None:
-                self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
-            for command in commands:
-                self._setup_command(docker, box, command, deadline)
-            if cache is not None:
-                self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
-            kept = box.snapshot()
-            if not kept.passed:
-                raise SetupError("setup passed, but what it made in the workspace could not be "
-                                 f"kept: {kept.output.strip()[-500:]}",
-                                 "The image needs a writable /var/tmp.")
-            self._within_files(docker, box, before)
-            return docker.commit_image(box, {
-                LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
-                "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
-                LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
+        box = after.enter_context(docker.open_setup(
+            "setup", self.policy.network, self.policy.registries, ca[1] if ca else None, cache,
+            lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
+            allowed=self.policy.allowed_addresses))
+        with self.git_lock:
+            box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
+        self._prepare_workspace(box, tree, version)
+        before = box.owned_files(self.settings.timeout)
+        deadline = time.monotonic() + self.settings.setup_timeout
+        if cache is not None:
+            self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
+        for command in commands:
+            self._setup_command(docker, box, command, deadline)
+        if cache is not None:
+            self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
+        kept = box.snapshot()
+        if not kept.passed:
+            raise SetupError("setup passed, but what it made in the workspace could not be "
+                             f"kept: {kept.output.strip()[-500:]}",
+                             "The image needs a writable /var/tmp.")
+        self._within_files(docker, box, before)
+        return docker.commit_image(box, {
+            LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
+            "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
+            LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
 
     def _within_files(self, docker: DockerBackend, box: DockerSandbox, before: int | None
                       ) -> None:
@@ -716,6 +752,7 @@ class Environments:
             lines = _LineSplitter(said)
             result = box.run(command, left, lines.feed)
             lines.flush()
+        self._command_seconds += result.seconds
         if result.passed:
             return
         if result.timed_out:

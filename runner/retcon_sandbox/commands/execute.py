@@ -177,6 +177,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
                 exc.hint = f"{exc.hint}\n{ctx.what_was_recorded()}".lstrip("\n")
             raise
         finally:
+            envs.settle()  # what setups left to close, behind the run's back
             if agent is not None:
                 agent.transcript.close()
             if verifier.cache is not None and verifier.cache.problem:
