@@ -1,0 +1,182 @@
+"""`execute`'s wall time against its floor, on real ranges, with a zero-latency model.
+
+    python3 bench/floor.py [--only NAME ...] [--mirrors /work/.mirror] [--keep]
+
+The floor is what a person would wait for by hand: each commit's own build and test time (the
+`seconds` of its `build` and `tests` events, measured in the sandbox) plus the commands of the
+setups that are needed (`setup_ready`'s `commands`). Each range is a real repository's
+first-parent commits (from a clone or bare mirror under --mirrors: fetch them first); the spec
+has one logical commit per original commit, and the model (tests/fake_openai.py, answering at
+once) writes exactly that commit's files, so every tree is the original's. `execute --no-cache`
+runs through the real command line, so nothing is cached and every environment is prepared
+once. Printed per range: the wall time, the floor (commands, setups), their ratio (the target
+is at most 1.15), and where the rest went: sandboxes (`sandbox` events: opening and loading,
+what a pre-warm did not hide), setups beyond their commands, and the remainder (the model's
+turns, git, start-up). The machine's load is printed with each: on a shared machine the
+ratio is inflated by it. Nothing is asserted: these are figures to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.fake_openai import FakeOpenAI, Step, call
+
+PYTEST = "python -m pytest -q -p no:cacheprovider"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    repository: str  # OWNER+NAME under --mirrors
+    base: str
+    tip: str
+    test: str
+    setup: str | None = None
+    build: str | None = None
+    image: str | None = None
+    timeout: int = 600
+
+
+CASES = [
+    Case("boltons", "mahmoud+boltons", "HEAD~6", "HEAD", f"{PYTEST} tests"),
+    Case("more-itertools", "more-itertools+more-itertools", "HEAD~3", "HEAD",
+         f"{PYTEST} tests"),
+    Case("humanize", "python-humanize+humanize", "976484a", "3c577d7",
+         f"{PYTEST} tests", setup="pip install -e .[tests]"),
+    Case("hexyl", "sharkdp+hexyl", "HEAD~3", "HEAD", "cargo test --offline -q",
+         setup="cargo fetch", build="cargo build --offline -q --all-targets",
+         image="retcon-sandbox/rust", timeout=1800),
+]
+DATES = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+         "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+
+
+def git(repo: Path, *args: str, data: bool = False) -> Any:
+    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                         env={**os.environ, **DATES}).stdout
+    return out if data else out.decode().strip()
+
+
+@dataclass(frozen=True)
+class Original:
+    """One commit of the range: its subject and the files it changed (None: deleted)."""
+
+    subject: str
+    files: dict[str, str | None]
+
+
+def make_repo(case: Case, mirrors: Path, root: Path) -> tuple[Path, list[Original]]:
+    """A clone with `main` at the range's base and `feature` at its tip, and a spec of one
+    logical commit per original commit; the originals, as the model will write them."""
+    source = mirrors / case.repository / "repo"
+    source = source if source.exists() else mirrors / case.repository
+    repo = root / case.name
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(source), str(repo)], check=True)
+    base, tip = git(repo, "rev-parse", case.base), git(repo, "rev-parse", case.tip)
+    git(repo, "update-ref", "refs/heads/main", base)
+    git(repo, "update-ref", "refs/heads/feature", tip)
+    git(repo, "symbolic-ref", "HEAD", "refs/heads/main")
+    originals = []
+    for commit in git(repo, "rev-list", "--reverse", "--first-parent", f"{base}..{tip}").split():
+        files: dict[str, str | None] = {}
+        for line in git(repo, "diff", "--name-status", "--no-renames", f"{commit}^", commit,
+                        ).splitlines():
+            status, path = line.split("\t", 1)
+            files[path] = None if status == "D" else \
+                git(repo, "show", f"{commit}:{path}", data=True).decode("utf-8")
+        originals.append(Original(git(repo, "log", "-1", "--format=%s", commit), files))
+    sandbox = [f"test = {json.dumps(case.test)}", f"timeout = {case.timeout}"]
+    sandbox += [f"setup = {json.dumps(case.setup)}"] if case.setup else []
+    sandbox += [f"build = {json.dumps(case.build)}"] if case.build else []
+    sandbox += [f"image = {json.dumps(case.image)}"] if case.image else []
+    text = ('source = "feature"\nremote = "main"\ncleaned = "feature-clean"\n\n[sandbox]\n'
+            + "\n".join(sandbox) + "\n")
+    for n, original in enumerate(originals, 1):
+        text += f"\n[[commit]]\nmessage = {json.dumps(original.subject)}\nhints = \"#{n}\"\n"
+    (root / f"{case.name}.toml").write_text(text)
+    return repo, originals
+
+
+def responder(originals: list[Original]) -> Any:
+    def respond(body: dict[str, Any]) -> Step:
+        messages = body["messages"]
+        task = str(messages[1]["content"])
+        if any(m.get("role") == "assistant" for m in messages):
+            return [call("create_commit", message="as the original")]
+        number = int(task.split("Commit ", 1)[1].split(" of", 1)[0])
+        if "does not pass yet" in task.split("\n", 1)[0]:
+            return [call("report_stuck", summary="the original commit fails its tests")]
+        writes = [call("delete_file", path=path) if text is None else
+                  call("write_file", path=path, content=text)
+                  for path, text in originals[number - 1].files.items()]
+        return [*writes, call("create_commit", message="as the original")]
+    return respond
+
+
+def measure(case: Case, mirrors: Path, work: Path) -> None:
+    repo, originals = make_repo(case, mirrors, work)
+    load = os.getloadavg()[0]
+    with FakeOpenAI([], respond=responder(originals)) as model:
+        env = {**os.environ, **DATES, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "bench",
+               "RETCON_SANDBOX_MODEL": "fake-model"}
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "retcon_sandbox", "execute",
+                               str(work / f"{case.name}.toml"), "--repo", str(repo), "--json",
+                               "--no-cache", "--non-interactive",
+                               *([] if case.build else ["--skip", "build"])],
+                              env=env, capture_output=True, text=True)
+        wall = time.monotonic() - started
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    (work / f"{case.name}.events.jsonl").write_text(proc.stdout)
+    if proc.returncode != 0:
+        print(f"{case.name}: execute exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
+              f"{proc.stderr[-2000:]}")
+        return
+    commands = sum(float(e.get("seconds", 0)) for e in events
+                   if e["event"] in ("build", "tests") and "seconds" in e)
+    ready = [e for e in events if e["event"] == "setup_ready"]
+    setups = sum(float(e.get("commands", e["seconds"])) for e in ready)
+    setup_all = sum(float(e["seconds"]) for e in ready)
+    sandboxes = sum(float(e["seconds"]) for e in events if e["event"] == "sandbox")
+    floor = commands + setups
+    rest = wall - floor - (setup_all - setups) - sandboxes
+    print(f"{case.name:15} {len(originals)} commits  wall {wall:7.1f} s  floor {floor:7.1f} s "
+          f"(commands {commands:.1f}, {len(ready)} setups {setups:.1f})  ratio "
+          f"{wall / floor if floor else float('nan'):5.2f}   load {load:.1f}")
+    print(f"{'':15} beyond the floor: setups' own steps {setup_all - setups:.1f} s, sandboxes "
+          f"waited for {sandboxes:.1f} s, the rest {rest:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="the ranges to run (by name)")
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="retcon-bench-floor-"))
+    try:
+        for case in CASES:
+            if not args.only or case.name in args.only:
+                measure(case, args.mirrors, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"kept {work}")
+
+
+if __name__ == "__main__":
+    main()
