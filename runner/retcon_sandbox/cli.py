@@ -438,7 +438,17 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
                             "RETCON_SANDBOX_BASE_IMAGE)")
     name = tag.add_argument("name", metavar="NAME", help="base, node or rust")
     name.completions = IMAGE_NAMES  # type: ignore[attr-defined]
-    for action in (build, bootstrap, listing, prune, tag):
+    export = images.add_parser("export", help="write this repository's prepared environments "
+                               "(and their base images) to FILE, for a CI cache; authenticated "
+                               "with your notes key")
+    load = images.add_parser("import", help="load the environments `export` wrote to FILE, "
+                             "once FILE verifies under your notes key and names this "
+                             "repository")
+    for action in (export, load):
+        action.add_argument("file", metavar="FILE", help="the export's file")
+        action.add_argument("--repo", metavar="DIR",
+                            help="the repository (default: the current directory's)")
+    for action in (build, bootstrap, listing, prune, tag, export, load):
         action.add_argument("--json", action="store_true",
                             help="one JSON event per image on stdout")
     p.set_defaults(command="images")

@@ -37,6 +37,7 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "plan_start", "plan_model", "plan_written", "plan_check",
               # the commands beside execute and verify: about images, containers, the demo
               "image", "image_built", "image_bootstrapped", "images_pruned", "clean", "demo",
+              "environments_exported", "environments_imported",
               # report: about the page it wrote
               "report_written"}
 

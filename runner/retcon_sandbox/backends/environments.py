@@ -295,7 +295,8 @@ class Environments:
                                   self.tag, files, self.scope(), known)
             self._keys[tree] = key
             self._records[key] = input_record(image_id, self.settings.setup,
-                                              self.settings.git_metadata, self.tag, files)
+                                              self.settings.git_metadata, self.tag, files,
+                                              known)
             if self.policy.package_cache:
                 with self.git_lock:
                     self._caches[key] = cache_name(self.scope(), self.source,
@@ -1134,10 +1135,12 @@ def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str |
 
 
 def input_record(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
-                 files: Fingerprint) -> dict[str, object]:
+                 files: Fingerprint, known: bool = False) -> dict[str, object]:
     """What an environment was made from, kept in its label (LABEL_ENV_INPUTS) so that the
-    next one can say why it is made."""
-    return {"image": image_id, "setup": list(setup), "git": git, "tag": tag, "inputs": files}
+    next one can say why it is made, and an imported one can be keyed in another clone
+    (`envtransfer`). `known`: as for `environment_key`."""
+    return {"image": image_id, "setup": list(setup), "git": git, "tag": tag, "inputs": files,
+            **({"reads": "known"} if known else {})}
 
 
 def why_new(previous: dict[str, object] | None, current: dict[str, object],
