@@ -312,6 +312,9 @@ def test_a_node_project_with_a_lock_file(engine: DockerEngine, tmp_path: Path) -
     assert len(set(prepared(found))) == 2, log
     assert any(e["event"] == "spec" and "retcon-sandbox/node:" in str(e["sandbox"])
                for e in found), log
+    # npm_config_cache reaches npm, which writes there (its logs, with no registry here)
+    measured = [e for e in found if e["event"] == "setup_cache_disk"]
+    assert measured and all(int(str(e["files"])) > 1 for e in measured), measured
 
 
 def test_a_rust_crate_with_a_dependency_from_the_crate_registry(engine: DockerEngine,
@@ -577,3 +580,31 @@ def test_a_setup_over_its_own_timeout_mid_history_says_what_was_recorded(
     assert (f"This run recorded {sum(map(len, histories))} history entries in "
             f"history-spec.toml (commit {span}; {made} commit(s) made on feature-clean): they "
             "are kept, and a rerun goes on from them.") in str(error["hint"]), error
+
+
+def test_a_second_environment_takes_the_first_ones_crates_from_the_cache(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    """Two environments of one verification: the first fetches regex and its crates, the
+    second (itoa added) copies them in from the package cache, and downloads only what is
+    new, counted through the egress proxy. (The sparse index is fetched again: this network's
+    TLS proxy strips the validators cargo would revalidate it with.)"""
+    manifest = f'# {RUN}\n[package]\nname = "probe"\nversion = "0.1.0"\nedition = "2021"\n\n' \
+               "[dependencies]\n"
+    spec = make_project(tmp_path / "crates", {"Cargo.toml": manifest, "src/lib.rs": ""},
+                        {"Cargo.toml": manifest + 'regex = "=1.10.6"\n', "a.txt": "a\n"},
+                        'image = "retcon-sandbox/rust"\nsetup = "cargo fetch"\ntest = "true"',
+                        ["Cargo.toml"], ["a.txt"])
+    repo = spec.parent
+    git(repo, "checkout", "-q", "feature")
+    (repo / "Cargo.toml").write_text(manifest + 'regex = "=1.10.6"\nitoa = "=1.0.11"\n')
+    git(repo, "commit", "-q", "-am", "itoa")
+    git(repo, "checkout", "-q", "main")
+    result = cli("verify", "main..feature", "--spec", str(spec), "--json", "-j", "1",
+                 "--timeout", "900", *ALLOW, cwd=repo, timeout=1200)
+    found = events(result.out)
+    MADE.extend(prepared(found))
+    CACHES.update(str(e["cache"]) for e in found if e["event"] == "setup" and e.get("cache"))
+    assert result.code == 0, result.out + result.err
+    ready = [e for e in found if e["event"] == "setup_ready"]
+    first, second = (int(str(e["downloaded"])) for e in ready)
+    assert first > 1_000_000 and second < first / 2, ready

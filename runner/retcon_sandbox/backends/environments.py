@@ -256,6 +256,7 @@ class Environments:
         self.git_lock = git_lock or threading.Lock()
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._command_seconds = 0.0  # what the current setup's commands took
+        self._downloaded: int | None = None  # and received through the egress proxy
         self._closing: list[threading.Thread] = []  # see `_behind`
         self._warned = False
         self._described: dict[str, tuple[str, int] | None] = {}  # commit -> `git describe`
@@ -569,6 +570,7 @@ class Environments:
                    version: Version, again: bool) -> None:
         started = time.monotonic()
         self._command_seconds = 0.0  # the setup's own commands: the rest is ours
+        self._downloaded = None  # bytes through the egress proxy, when it is used
         commands = self.settings.setup
         ca = host_ca_bundle()
         record = self._records.get(key, {})
@@ -591,7 +593,8 @@ class Environments:
         self._keep_within_disk(docker, image_id, repository, key)
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1),
-                         commands=round(self._command_seconds, 1))
+                         commands=round(self._command_seconds, 1),
+                         downloaded=self._downloaded)
 
     def _behind(self, closing: contextlib.ExitStack) -> None:
         """Close `closing` in a thread of its own (sandbox I/O only): once a setup is committed,
@@ -634,6 +637,7 @@ class Environments:
             self._setup_command(docker, box, command, deadline)
         if cache is not None:
             self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
+        self._downloaded = downloaded(docker.proxy_log())
         kept = box.snapshot()
         if not kept.passed:
             raise SetupError("setup passed, but what it made in the workspace could not be "
@@ -785,6 +789,16 @@ class Environments:
 
 
 SETUP_MARGIN_S = 1800.0  # past setup_timeout: the tree's load, the snapshot, the image's commit
+
+
+_CLOSED = re.compile(r"closed \S+ up [0-9]+ down ([0-9]+)")
+
+
+def downloaded(log: str) -> int | None:
+    """The bytes a setup received through its egress proxy (the proxy's `closed` lines); None
+    without a proxy (--setup-network full or none)."""
+    found = [int(m.group(1)) for m in _CLOSED.finditer(log)]
+    return sum(found) if log else None
 
 
 _C = CACHE_PATH + "/cargo/registry"
