@@ -98,7 +98,7 @@ def make_repo(case: Case, mirrors: Path, root: Path) -> tuple[Path, list[Origina
             files[path] = None if status == "D" else \
                 git(repo, "show", f"{commit}:{path}", data=True).decode("utf-8")
         originals.append(Original(git(repo, "log", "-1", "--format=%s", commit), files))
-    sandbox = [f"test = {json.dumps(case.test)}", f"timeout = {case.timeout}"]
+    sandbox = [f"test = {json.dumps(case.test)}"]
     sandbox += [f"setup = {json.dumps(case.setup)}"] if case.setup else []
     sandbox += [f"build = {json.dumps(case.build)}"] if case.build else []
     sandbox += [f"image = {json.dumps(case.image)}"] if case.image else []
@@ -135,8 +135,8 @@ def measure(case: Case, mirrors: Path, work: Path) -> None:
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "retcon_sandbox", "execute",
                                str(work / f"{case.name}.toml"), "--repo", str(repo), "--json",
-                               "--no-cache", "--non-interactive",
-                               *([] if case.build else ["--skip", "build"])],
+                               "--no-cache", "--non-interactive", "--timeout",
+                               str(case.timeout), *([] if case.build else ["--skip", "build"])],
                               env=env, capture_output=True, text=True)
         wall = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
