@@ -10,10 +10,13 @@ has one logical commit per original commit, and the model (tests/fake_openai.py,
 once) writes exactly that commit's files, so every tree is the original's. `execute --no-cache`
 runs through the real command line, so nothing is cached and every environment is prepared
 once. Printed per range: the wall time, the floor (commands, setups), their ratio (the target
-is at most 1.15), and where the rest went: sandboxes (`sandbox` events: opening and loading,
-what a pre-warm did not hide), setups beyond their commands, and the remainder (the model's
-turns, git, start-up). The machine's load is printed with each: on a shared machine the
-ratio is inflated by it. Nothing is asserted: these are figures to read.
+is at most 1.15), and where the rest went: sandboxes waited for (`sandbox` events of commits not
+opened ahead), setups beyond their commands, and the remainder (the model's turns, git,
+start-up). With --against, each range runs again right after with another checkout's code
+(e.g. main's), back to back on the same load (a version whose `setup_ready` does not say how long
+the commands took has it read from its `setup_command` and `setup_output` events' times). The
+machine's load is printed with each: on a shared machine the ratio is inflated by it. Nothing
+is asserted: these are figures to read.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def make_repo(case: Case, mirrors: Path, root: Path) -> tuple[Path, list[Origina
     logical commit per original commit; the originals, as the model will write them."""
     source = mirrors / case.repository / "repo"
     source = source if source.exists() else mirrors / case.repository
+    root.mkdir(parents=True, exist_ok=True)
     repo = root / case.name
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(source), str(repo)], check=True)
     base, tip = git(repo, "rev-parse", case.base), git(repo, "rev-parse", case.tip)
@@ -106,7 +110,7 @@ def make_repo(case: Case, mirrors: Path, root: Path) -> tuple[Path, list[Origina
             + "\n".join(sandbox) + "\n")
     for n, original in enumerate(originals, 1):
         text += f"\n[[commit]]\nmessage = {json.dumps(original.subject)}\nhints = \"#{n}\"\n"
-    (root / f"{case.name}.toml").write_text(text)
+    (repo.parent / f"{case.name}.toml").write_text(text)
     return repo, originals
 
 
@@ -126,21 +130,34 @@ def responder(originals: list[Original]) -> Any:
     return respond
 
 
-def measure(case: Case, mirrors: Path, work: Path) -> None:
-    repo, originals = make_repo(case, mirrors, work)
+def commands_of(events: list[dict[str, Any]], ready: dict[str, Any]) -> float:
+    """A setup's commands' time, from its events: its first `setup_command` to its last
+    `setup_output` (before `ready`)."""
+    before = [e for e in events if e["time"] <= ready["time"]]
+    start = max(i for i, e in enumerate(before) if e["event"] == "setup")
+    mine = [e for e in before[start:] if e["event"] in ("setup_command", "setup_output")]
+    return float(mine[-1]["time"] - mine[0]["time"]) if mine else 0.0
+
+
+def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
+            label: str = "") -> None:
+    """One range through `execute`; `runner`: another checkout's `runner/` to run instead."""
+    repo, originals = make_repo(case, mirrors, work / (label or "this"))
     load = os.getloadavg()[0]
     with FakeOpenAI([], respond=responder(originals)) as model:
         env = {**os.environ, **DATES, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "bench",
-               "RETCON_SANDBOX_MODEL": "fake-model"}
+               "RETCON_SANDBOX_MODEL": "fake-model",
+               **({"PYTHONPATH": str(runner)} if runner is not None else {})}
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "retcon_sandbox", "execute",
-                               str(work / f"{case.name}.toml"), "--repo", str(repo), "--json",
+                               str(repo.parent / f"{case.name}.toml"), "--repo", str(repo),
+                               "--json",
                                "--no-cache", "--non-interactive", "--timeout",
                                str(case.timeout), *([] if case.build else ["--skip", "build"])],
                               env=env, capture_output=True, text=True)
         wall = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    (work / f"{case.name}.events.jsonl").write_text(proc.stdout)
+    (repo.parent / f"{case.name}.events.jsonl").write_text(proc.stdout)
     if proc.returncode != 0:
         print(f"{case.name}: execute exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
               f"{proc.stderr[-2000:]}")
@@ -148,16 +165,22 @@ def measure(case: Case, mirrors: Path, work: Path) -> None:
     commands = sum(float(e.get("seconds", 0)) for e in events
                    if e["event"] in ("build", "tests") and "seconds" in e)
     ready = [e for e in events if e["event"] == "setup_ready"]
-    setups = sum(float(e.get("commands", e["seconds"])) for e in ready)
+    for e in ready:  # this bench's environments go (its clones are never run again)
+        subprocess.run(["docker", "rmi", "-f", str(e["tag"])], capture_output=True)
+    setups = sum(float(e["commands"]) if "commands" in e else commands_of(events, e)
+                 for e in ready)
     setup_all = sum(float(e["seconds"]) for e in ready)
-    sandboxes = sum(float(e["seconds"]) for e in events if e["event"] == "sandbox")
+    ahead = {e["number"] for e in events if e["event"] == "speculation" and e["kept"]}
+    sandboxes = sum(float(e["seconds"]) for e in events  # opened ahead: not waited for
+                    if e["event"] == "sandbox" and e.get("number") not in ahead)
     floor = commands + setups
     rest = wall - floor - (setup_all - setups) - sandboxes
-    print(f"{case.name:15} {len(originals)} commits  wall {wall:7.1f} s  floor {floor:7.1f} s "
+    name = f"{case.name}{f' ({label})' if label else ''}"
+    print(f"{name:24} {len(originals)} commits  wall {wall:7.1f} s  floor {floor:7.1f} s "
           f"(commands {commands:.1f}, {len(ready)} setups {setups:.1f})  ratio "
           f"{wall / floor if floor else float('nan'):5.2f}   load {load:.1f}")
-    print(f"{'':15} beyond the floor: setups' own steps {setup_all - setups:.1f} s, sandboxes "
-          f"waited for {sandboxes:.1f} s, the rest {rest:.1f} s")
+    print(f"{'':24} beyond the floor: setups' own steps {setup_all - setups:.1f} s, sandboxes "
+          f"waited for {sandboxes:.1f} s, the rest {rest:.1f} s", flush=True)
 
 
 def main() -> None:
@@ -165,12 +188,18 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="the ranges to run (by name)")
     parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--against", type=Path,
+                        help="another checkout (e.g. /work/main): each range runs its code too, "
+                        "right after this one's")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="retcon-bench-floor-"))
     try:
         for case in CASES:
             if not args.only or case.name in args.only:
                 measure(case, args.mirrors, work)
+                if args.against is not None:
+                    measure(case, args.mirrors, work, args.against.resolve() / "runner",
+                            args.against.name)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
