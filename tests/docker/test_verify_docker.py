@@ -26,11 +26,12 @@ def events(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-def preflights(engine: DockerEngine, since: float, until: float) -> list[object]:
-    """The preflight containers the engine created between `since` and `until`."""
+def preflights(engine: DockerEngine, spec: Path, since: float, until: float) -> list[object]:
+    """The preflight containers the engine created for `spec` between `since` and `until`."""
+    labels = ["retcon-sandbox.step=preflight", f"retcon-sandbox.spec={spec.resolve()}"]
     return list(engine.client.events(since=int(since), until=int(until) + 1, decode=True,
                                      filters={"type": "container", "event": "create",
-                                              "label": "retcon-sandbox.step=preflight"}))
+                                              "label": labels}))
 
 
 def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: DockerEngine,
@@ -40,7 +41,7 @@ def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: Dock
     since = time.time()
     first = cli("execute", str(demo.spec), *DOCKER)
     assert first.code == 0 and first.out.count("Sandbox ready") == 4, first.out + first.err
-    assert len(preflights(engine, since, time.time())) == 1
+    assert len(preflights(engine, demo.spec, since, time.time())) == 1
 
     # a redo: the same trees, so no build, no test, no container: not even the preflight's,
     # whose check passed in this environment before
@@ -50,7 +51,7 @@ def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: Dock
     redo = cli("execute", str(demo.spec), *DOCKER)
     assert redo.code == 0, redo.out + redo.err
     assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8
-    assert preflights(engine, since, time.time()) == []
+    assert preflights(engine, demo.spec, since, time.time()) == []
     assert "Checking the base commit" not in redo.out  # only a failing first commit needs it
 
     # the environment is the image's ID (what the tag names today), then the setup's key

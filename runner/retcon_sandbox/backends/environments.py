@@ -212,6 +212,15 @@ class Warming:
         finally:
             self._done.set()
 
+    @classmethod
+    def ready(cls, tree: str, opened: Opened, stack: contextlib.ExitStack) -> Warming:
+        """A sandbox opened already (`stack` closes it), to be taken like a warmed one."""
+        warming = cls.__new__(cls)
+        warming.tree, warming._stack, warming._opened = tree, stack, opened
+        warming._error, warming._done = None, threading.Event()
+        warming._done.set()
+        return warming
+
     def take(self) -> Opened:
         self._done.wait()
         if self._error is not None:

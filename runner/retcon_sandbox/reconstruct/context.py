@@ -120,6 +120,7 @@ class Run:
     retire_errors: list[Exception] = field(default_factory=list)
     appended: list[tuple[int, Entry]] = field(default_factory=list)  # this run's, in order
     base_checked: bool = False  # this run built and tested the base (steps/basecheck.py)
+    handover: Warming | None = None  # the preflight's sandbox, for the first commit to take
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 
@@ -194,6 +195,17 @@ class Run:
 
             yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
                             self.settings.max_file_size, self.envs.key, retree)
+
+    def take_handover(self) -> Warming | None:
+        """The preflight's sandbox, once: the first commit's to use if its tree is the one it
+        needs first (`sandbox`), else it is removed there."""
+        found, self.handover = self.handover, None
+        return found
+
+    def drop_handover(self) -> None:
+        found, self.handover = self.handover, None
+        if found is not None:
+            found.close()
 
     def place(self, tree: str, number: int | None) -> tuple[str, int]:
         """Where a sandbox's tree sits, for its git metadata's version: the cleaned branch's

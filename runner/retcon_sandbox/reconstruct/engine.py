@@ -9,10 +9,12 @@ history again, so a run can stop anywhere and the next run goes on from the file
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
 
+from retcon_sandbox.backends.environments import Warming
 from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, GitError
 from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.reconstruct.context import Run
@@ -22,7 +24,7 @@ from retcon_sandbox.reconstruct.steps.remainder import remainder
 from retcon_sandbox.reconstruct.steps.speculate import discard, settle
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
-from retcon_sandbox.spec.history import Done, commits_created, next_step
+from retcon_sandbox.spec.history import Done, Verify, commits_created, next_step
 from retcon_sandbox.verify.stages import check_runnable, first_program
 
 
@@ -43,15 +45,16 @@ class Result:
 
 def run(ctx: Run) -> Result:
     check_branch(ctx)
-    preflight(ctx)
-    prepare_branch(ctx)
-    reaped = ctx.backend.reap()
+    reaped = ctx.backend.reap()  # a killed run's containers, before this one makes its own
     if reaped:
         ctx.report.emit("reaped", count=reaped)
     try:
+        preflight(ctx)
+        prepare_branch(ctx)
         for commit in ctx.spec.commits:
             process(ctx, commit.number)
     finally:  # a stop while the next commit was begun ahead: nothing of it stays
+        ctx.drop_handover()
         discard(ctx)
         failed = settle(ctx)
     if failed:
@@ -80,13 +83,27 @@ def preflight(ctx: Run) -> None:
     stamp = runnable_stamp(ctx, tree)
     if stamp is not None and ctx.state is not None and ctx.state.has_stamp(stamp):
         return
-    with ctx.envs.sandbox("preflight", tree, (tip, 0)) as opened:
+    stack = contextlib.ExitStack()
+    try:
+        opened = stack.enter_context(ctx.envs.sandbox("preflight", tree, first_place(ctx, tip)))
         check_runnable(opened.box, ctx.verifier.commands)
         if ctx.final is not None:
             check_runnable(opened.box, ctx.final.commands)
+    except BaseException:
+        stack.close()
+        raise
+    ctx.handover = Warming.ready(tree, opened, stack)  # the first commit's, if it needs it
     stamp = runnable_stamp(ctx, tree)  # its environment is prepared now
     if stamp is not None and ctx.state is not None:
         ctx.state.add_stamp(stamp)
+
+
+def first_place(ctx: Run, tip: str) -> tuple[str, int]:
+    """Where the first commit to work on would open its sandbox on the tip's tree (see
+    `Run.place`): the preflight's sandbox sits there, so that commit can take it over."""
+    step = next((next_step(c.history) for c in ctx.spec.commits
+                 if not isinstance(next_step(c.history), Done)), None)
+    return tip, 0 if isinstance(step, Verify) else 1
 
 
 def runnable_stamp(ctx: Run, tree: str) -> str | None:
