@@ -639,12 +639,14 @@ class Environments:
             box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
         self._prepare_workspace(box, tree, version)
         before = box.owned_files(self.settings.timeout)
+        cargo = cache is not None and "CARGO_HOME" in {**docker.engine.image_env(docker.image),
+                                                       **docker.env}
         deadline = time.monotonic() + self.settings.setup_timeout
-        if cache is not None:
+        if cargo:  # an exec each way, when a CARGO_HOME (in the image) keeps the crates
             self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
         for command in commands:
             self._setup_command(docker, box, command, deadline)
-        if cache is not None:
+        if cargo:
             self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
         self._downloaded = downloaded(docker.proxy_log())
         kept = box.snapshot()

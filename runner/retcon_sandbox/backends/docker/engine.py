@@ -284,6 +284,17 @@ class DockerEngine:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
         return sorted((config.get("Volumes") or {}).keys())
 
+    def image_env(self, name: str) -> dict[str, str]:
+        """The variables an image's configuration sets (ENV)."""
+        try:
+            config = self.client.images.get(name).attrs.get("Config") or {}
+        except docker.errors.ImageNotFound:
+            return {}
+        except engine_errors() as exc:
+            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        pairs = (str(item).partition("=") for item in config.get("Env") or [])
+        return {name: value for name, _, value in pairs}
+
     def import_rootfs(self, stream: IO[bytes], repository: str, tag: str) -> None:
         try:
             self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
