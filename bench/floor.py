@@ -35,6 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from against import python_path  # bench/against.py, beside this script
+
 from tests.fake_openai import FakeOpenAI, Step, call
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"
@@ -193,13 +195,13 @@ def main() -> None:
                         "right after this one's")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="retcon-bench-floor-"))
+    against = python_path(args.against.resolve()) if args.against is not None else None
     try:
         for case in CASES:
             if not args.only or case.name in args.only:
                 measure(case, args.mirrors, work)
                 if args.against is not None:
-                    measure(case, args.mirrors, work, args.against.resolve() / "runner",
-                            args.against.name)
+                    measure(case, args.mirrors, work, against, args.against.name)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

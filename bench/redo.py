@@ -14,7 +14,7 @@ and the clock around the process:
   verdicts);
 - shut-down: from `summary` to the process's exit;
 and the CPU seconds the redo used (its own and its children's: git). With `--against`, the same
-redo runs that checkout's code (its `runner/` first on PYTHONPATH, in this interpreter) on a
+redo runs that checkout's code (bench/against.py, in this interpreter) on a
 demo of its own, alternating with this one, so both see the same load. The machine's load is
 printed: on a shared machine the figures are inflated by it. Nothing is asserted.
 """
@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from against import python_path  # bench/against.py, beside this script
+
 HERE = Path(__file__).resolve().parent.parent
 PARTS = ("start-up", "preflight", "commits", "shut-down", "wall", "CPU")
 MAKE = ("import sys; from pathlib import Path; from retcon_sandbox.commands.demo import create; "
@@ -39,8 +41,8 @@ MAKE = ("import sys; from pathlib import Path; from retcon_sandbox.commands.demo
 
 
 class Checkout:
-    def __init__(self, root: Path, work: Path, name: str) -> None:
-        self.env = {**os.environ, "PYTHONPATH": str(root / "runner"),
+    def __init__(self, path: Path, work: Path, name: str) -> None:
+        self.env = {**os.environ, "PYTHONPATH": str(path),
                     "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
                     "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
         self.name = name
@@ -88,9 +90,9 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout (e.g. /work/main)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="retcon-bench-redo-"))
-    checkouts = [Checkout(HERE, work, "this")]
+    checkouts = [Checkout(HERE / "runner", work, "this")]
     if args.against is not None:
-        checkouts.append(Checkout(args.against.resolve(), work, "against"))
+        checkouts.append(Checkout(python_path(args.against.resolve()), work, "against"))
     load = os.getloadavg()[0]
     for _ in range(args.runs):
         for checkout in checkouts:
