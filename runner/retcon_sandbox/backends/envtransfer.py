@@ -27,10 +27,8 @@ import hashlib
 import io
 import json
 import os
-import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -49,7 +47,8 @@ from retcon_sandbox.backends.images import (
     LABEL_ENV_INPUTS,
     LABEL_ENV_SCOPE,
 )
-from retcon_sandbox.errors import ConfigError, ImageError, UsageError
+from retcon_sandbox.errors import ConfigError, ImageError
+from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.repo.gitrepo import Repo
 
 MANIFEST = "environments.json"
@@ -86,27 +85,11 @@ def _signed(manifest: dict[str, Any]) -> bytes:
 # -- export ---------------------------------------------------------------------------------
 
 
-def check_output(path: Path) -> None:
-    """Before anything runs: FILE is a new file, or a regular file to replace (never a symbolic
-    link, directory, pipe, device or socket), in a directory that can be written."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as exc:
-        raise UsageError(f"cannot look at {path}: {exc.strerror}") from None
-    if mode is not None and not stat.S_ISREG(mode):
-        raise UsageError(f"{path} is not a regular file (a symbolic link, directory, pipe, "
-                         "device or socket): export never writes through or over one",
-                         "Give the name of a new file, or of an export to replace.")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp",
-                                     dir=path.parent)
-    except OSError as exc:
-        raise UsageError(f"cannot write beside {path}: {exc.strerror}",
-                         "Give a file in a directory you can write.") from None
-    os.close(fd)
-    os.unlink(probe)  # our own, just made
+def output(path: Path) -> OutFile:
+    """FILE, as `export` writes it: a new file or a regular file replaced, never through a
+    link (outfile.py). Check it (`check`) before anything runs."""
+    return OutFile(path, "FILE", "images export", "an export of prepared environments",
+                   otherwise=" (without an export, setups prepare the environments again)")
 
 
 def export(engine: DockerEngine, repo: Repo, path: Path) -> Moved:
@@ -129,16 +112,21 @@ def export(engine: DockerEngine, repo: Repo, path: Path) -> Moved:
     manifest: dict[str, Any] = {
         "v": FORMAT, "roots": roots(repo), "environments": envs,
         "bases": sorted({env["base"]: names[env["base"]] for env in envs}.items())}
-    with tempfile.TemporaryFile() as spool:  # the engine's archive first: its hash is signed
-        digest = hashlib.sha256()
+    with tempfile.TemporaryFile() as spool, tempfile.TemporaryFile() as whole:
+        digest = hashlib.sha256()  # the engine's archive first: its hash is signed
         for chunk in engine.save_images(sorted(names)) if names else iter(()):
             digest.update(chunk)
             spool.write(chunk)
         manifest["archive"] = digest.hexdigest()
         manifest["mac"] = userkey.load().mac(_signed(manifest))
-        with _replacing(path) as out, tarfile.open(fileobj=out, mode="w") as tar:
+        with tarfile.open(fileobj=whole, mode="w") as tar:
             _add(tar, MANIFEST, io.BytesIO(json.dumps(manifest).encode()))
             _add(tar, ARCHIVE, spool)
+        whole.seek(0)
+        try:
+            output(path).write(whole)
+        except OSError as exc:
+            raise output(path).unwritten(exc) from None
     return Moved([str(e["id"]) for e in envs], [b for b, _ in manifest["bases"]])
 
 
@@ -148,23 +136,6 @@ def _add(tar: tarfile.TarFile, name: str, data: IO[bytes]) -> None:
     info.size, info.mode = data.tell(), 0o644
     data.seek(0)
     tar.addfile(info, data)
-
-
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[IO[bytes]]:
-    """A temporary file beside `path`, put in its place when the block ends well (a rename:
-    never written through a symbolic link planted meanwhile, which is replaced, not followed)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # our own temporary file, never anything else
-        raise
 
 
 def _loaded(text: str) -> dict[str, Any] | None:

@@ -81,7 +81,7 @@ def transfer(args: argparse.Namespace, reporter: JsonReporter | None) -> int:
     repo = find_repo(Path(args.repo) if args.repo else None, None)
     path = Path(args.file)
     if args.action == "export":
-        envtransfer.check_output(path)
+        envtransfer.output(path).check()
         moved = envtransfer.export(DockerEngine(), repo, path)
         verb = "Exported"
     else:
