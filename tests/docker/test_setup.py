@@ -238,8 +238,9 @@ def test_a_package_versioned_by_setuptools_scm(engine: DockerEngine, tmp_path: P
 
 def test_git_describe_gives_each_commits_distance_from_the_tag(engine: DockerEngine,
                                                                tmp_path: Path) -> None:
-    """v1.0 is 2 commits under the merge-base: the cleaned commits are 3 and 4 after it, and
-    the preflight's sandbox, on the base's tree, is 2 after it (each tree asserts its own)."""
+    """v1.0 is 2 commits under the merge-base: the cleaned commits are 3 and 4 after it (each
+    tree asserts its own); the preflight's sandbox, on the base's tree, is the first commit's,
+    which it is handed over to: 3 after it."""
     test = ("d=2; [ -f a.txt ] && d=$((d+1)); [ -f b.txt ] && d=$((d+1)); "
             "git describe --tags --long | grep \"^v1.0-$d-g[0-9a-f]*$\"")
     spec = make_project(tmp_path / "describe", {"README.md": "x\n"},
@@ -254,7 +255,7 @@ def test_git_describe_gives_each_commits_distance_from_the_tag(engine: DockerEng
     assert_reconstructed(spec, code, found, log)
     assert git(repo, "describe", "--tags", "--long", "feature-clean").startswith("v1.0-4-g")
     shown = next(e for e in found if e["event"] == "git_metadata")
-    assert (shown["tag"], shown["distance"]) == ("v1.0", 2), log
+    assert (shown["tag"], shown["distance"]) == ("v1.0", 3), log
     assert "the hash part is synthetic" in FORMATS["git_metadata"](shown)
 
 

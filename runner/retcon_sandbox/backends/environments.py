@@ -196,6 +196,7 @@ class Warming:
     def __init__(self, envs: Environments, label: str, tree: str, at: Place | None,
                  tar: TarStream) -> None:
         self.tree = tree
+        self.preflight = False  # the preflight's sandbox (`ready`), not a pre-warmed one
         self._stack = contextlib.ExitStack()
         self._opened: Opened | None = None
         self._error: BaseException | None = None
@@ -214,9 +215,11 @@ class Warming:
 
     @classmethod
     def ready(cls, tree: str, opened: Opened, stack: contextlib.ExitStack) -> Warming:
-        """A sandbox opened already (`stack` closes it), to be taken like a warmed one."""
+        """The preflight's sandbox, opened already (`stack` closes it), to be taken like a
+        warmed one."""
         warming = cls.__new__(cls)
         warming.tree, warming._stack, warming._opened = tree, stack, opened
+        warming.preflight = True
         warming._error, warming._done = None, threading.Event()
         warming._done.set()
         return warming

@@ -175,10 +175,12 @@ class Run:
                 current.append(inner)
                 started = time.monotonic()
                 warm = ahead.pop() if ahead else None
+                taken = {}  # the preflight's sandbox, taken over: said so
                 with progress.phase(self.report, "sandbox", number):
                     if warm is not None and warm.tree == tree:
                         inner.callback(warm.close)
                         opened = warm.take()
+                        taken = {"preflight": True} if warm.preflight else {}
                     else:
                         if warm is not None:
                             warm.close()
@@ -187,7 +189,7 @@ class Run:
                 where = {} if number is None else {"number": number}
                 self.report.emit("sandbox", **where, files=opened.files,
                                  seconds=time.monotonic() - started,
-                                 environment=opened.environment)
+                                 environment=opened.environment, **taken)
                 return opened.box
 
             def retree(box: Sandbox, tree: str) -> None:

@@ -81,7 +81,9 @@ def preflight(ctx: Run) -> None:
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
     tree = ctx.repo.tree_of(tip)
     stamp = runnable_stamp(ctx, tree)
-    if stamp is not None and ctx.state is not None and ctx.state.has_stamp(stamp):
+    passed = stamp is not None and ctx.state is not None and ctx.state.has_stamp(stamp)
+    ctx.report.emit("preflight", sandbox=not passed)  # none: the check passed here before
+    if passed:
         return
     stack = contextlib.ExitStack()
     try:
