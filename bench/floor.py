@@ -141,6 +141,9 @@ def commands_of(events: list[dict[str, Any]], ready: dict[str, Any]) -> float:
     return float(mine[-1]["time"] - mine[0]["time"]) if mine else 0.0
 
 
+ALLOW: list[str] = []  # --setup-allow-address NET for every run (--allow)
+
+
 def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
             label: str = "") -> None:
     """One range through `execute`; `runner`: another checkout's `runner/` to run instead."""
@@ -155,7 +158,8 @@ def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
                                str(repo.parent / f"{case.name}.toml"), "--repo", str(repo),
                                "--json",
                                "--no-cache", "--non-interactive", "--timeout",
-                               str(case.timeout), *([] if case.build else ["--skip", "build"])],
+                               str(case.timeout), *([] if case.build else ["--skip", "build"]),
+                               *(a for net in ALLOW for a in ("--setup-allow-address", net))],
                               env=env, capture_output=True, text=True)
         wall = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -193,7 +197,11 @@ def main() -> None:
     parser.add_argument("--against", type=Path,
                         help="another checkout (e.g. /work/main): each range runs its code too, "
                         "right after this one's")
+    parser.add_argument("--allow", action="append", default=[], metavar="NET",
+                        help="give the runs --setup-allow-address NET (a network whose "
+                        "resolver answers with documentation addresses)")
     args = parser.parse_args()
+    ALLOW.extend(args.allow)
     work = Path(tempfile.mkdtemp(prefix="retcon-bench-floor-"))
     against = python_path(args.against.resolve()) if args.against is not None else None
     try:
