@@ -123,6 +123,10 @@ def execute(options: ExecuteOptions) -> int:
 
 
 def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
+    if options.sandbox == "docker":
+        from retcon_sandbox.backends.docker.engine import prefetch
+
+        prefetch()  # while the spec and the repository are checked
     check_base_url(options.base_url)
     if options.summary is not None:
         outfile.summary(options.summary, "execute").check()

@@ -44,6 +44,18 @@ else:
     docker = _OnFirstUse("docker")  # `docker.errors` is imported by the package itself
     requests = _OnFirstUse("requests")  # and `requests.exceptions` by its own
 
+def prefetch() -> None:
+    """Import the SDK (and requests) in a thread of its own while the caller goes on: a command
+    that will need the engine spends its spec's and repository's checks, mostly waiting for
+    git, importing it too (0.2 to 0.3 s of CPU), instead of after them. A failed import is
+    left for the first use to raise."""
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module("docker")
+
+    threads.start(load, "retcon-import")
+
+
 LABEL_RUN = "retcon-sandbox.run"
 LABEL_SPEC = "retcon-sandbox.spec"
 
