@@ -61,7 +61,7 @@ CASES = [
          f"{PYTEST} tests"),
     Case("humanize", "python-humanize+humanize", "976484a", "3c577d7",
          f"{PYTEST} tests", setup="pip install -e .[tests]"),
-    Case("hexyl", "sharkdp+hexyl", "HEAD~3", "HEAD", "cargo test --offline -q",
+    Case("hexyl", "sharkdp+hexyl", "ad553e9", "f2547ae", "cargo test --offline -q",
          setup="cargo fetch", build="cargo build --offline -q --all-targets",
          image="retcon-sandbox/rust", timeout=1800),
 ]
