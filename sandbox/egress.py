@@ -11,7 +11,9 @@ the name itself, checks every address, and connects to the address it checked. T
 through untouched. A request head must arrive within HEAD_TIMEOUT seconds, and at most
 MAX_CLIENTS connections are served at once: when all are taken, the one idle longest (no byte
 either way for EVICT_IDLE seconds at least) is closed for a new client, so idle tunnels cannot
-lock others out. Each decision is one line on stderr, which the host reads.
+lock others out. Each decision is one line on stderr, which the host reads, and so is each
+connection's end, with the bytes it carried each way (`closed HOST:PORT up N down M`: what setup
+downloaded).
 
 The engine host's own addresses are refused too, whatever range they are in: those the host
 names (`--block=ADDR`: every network's gateway and, for a local engine, its interfaces), and
@@ -195,8 +197,9 @@ class Activity:
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-               activity: Activity | None = None) -> None:
-    """Copy until end of stream; with `activity`, until both ways are idle too long."""
+               activity: Activity | None = None, counted: list[int] | None = None) -> None:
+    """Copy until end of stream; with `activity`, until both ways are idle too long.
+    `counted[0]` adds up the bytes copied."""
     try:
         while True:
             if activity is None:
@@ -213,6 +216,8 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 activity.touch()
             if not data:
                 break
+            if counted is not None:
+                counted[0] += len(data)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):
@@ -315,15 +320,20 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
         activity.writers = [writer, up_writer]
-        await asyncio.gather(pipe(reader, up_writer, activity),
-                             pipe(up_reader, writer, activity))
+        up, down = [0], [0]
+        await asyncio.gather(pipe(reader, up_writer, activity, up),
+                             pipe(up_reader, writer, activity, down))
+        log(f"closed {host}:{port} up {up[0]} down {down[0]}")
         return
-    await one_request(reader, writer, up_reader, up_writer, rest, activity)
+    down = [0]
+    await one_request(reader, writer, up_reader, up_writer, rest, activity, down)
+    log(f"closed {host}:{port} up 0 down {down[0]}")
 
 
 async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                      head: bytes, activity: Activity | None = None) -> None:
+                      head: bytes, activity: Activity | None = None,
+                      down: list[int] | None = None) -> None:
     """Plain HTTP: the head, then the body its Content-Length declares, and nothing more
     from the client; the response until the upstream closes (the head asked it to); then
     both connections close. Bytes pipelined after the request are never forwarded."""
@@ -349,7 +359,7 @@ async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         return
     activity = activity or Activity(IDLE_TIMEOUT)
     activity.writers = [writer, up_writer]
-    await pipe(up_reader, writer, activity)
+    await pipe(up_reader, writer, activity, down)
     with contextlib.suppress(OSError):
         up_writer.close()
 

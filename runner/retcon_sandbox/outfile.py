@@ -1,6 +1,6 @@
 """A file a command writes for the user besides the spec (`plan -o FILE`, `verify --junit
-FILE`, `report -o FILE`, `--summary FILE`): checked before anything runs, never written
-through a link, written atomically or appended to.
+FILE`, `report -o FILE`, `--summary FILE`, `images export FILE`): checked before anything runs,
+never written through a link, written atomically or appended to.
 
 The name must be a regular file or nothing: a symbolic link (a `junit.xml` a branch ships,
 pointing anywhere), a directory, a pipe, a device or a socket is refused, whatever the options,
@@ -19,10 +19,12 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from retcon_sandbox.errors import RetconError, UsageError
 
@@ -74,9 +76,10 @@ class OutFile:
         except OSError as exc:
             raise self.unwritten(exc) from None
 
-    def write(self, data: bytes) -> None:
-        """`data` at the path, atomically, never through a link (see the module). OSError when
-        the write fails; the error `check` gives when the name became something else since."""
+    def write(self, data: bytes | IO[bytes]) -> None:
+        """`data` at the path, atomically, never through a link (see the module): bytes, or a
+        file read to its end (a large archive, never held in memory). OSError when the write
+        fails; the error `check` gives when the name became something else since."""
         self._refuse_special()
         with self._folder() as folder:
             name = self.path.name
@@ -147,7 +150,7 @@ class OutFile:
             os.close(fd)
 
 
-def _temporary(folder: int, name: str, data: bytes) -> str:
+def _temporary(folder: int, name: str, data: bytes | IO[bytes]) -> str:
     """A new file in `folder` holding `data`, fsynced, mode 0644 (less the umask): its name,
     which fits NAME_MAX whatever the length of `name`."""
     stem = os.fsencode(name)[:NAME_BYTES].decode("utf-8", "ignore")
@@ -156,7 +159,10 @@ def _temporary(folder: int, name: str, data: bytes) -> str:
                  dir_fd=folder)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                shutil.copyfileobj(data, handle, 1 << 20)
             handle.flush()
             os.fsync(handle.fileno())
     except BaseException:

@@ -126,7 +126,9 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
                                "it is tested"),
     "setup_command": lambda d: f"    $ {d['command']}",
     "setup_output": lambda d: f"      {d['line']}",
-    "setup_ready": lambda d: f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s)",
+    "setup_ready": lambda d: (f"  Environment ready: {d['tag']} ({d['seconds']:.1f} s"
+                              + (f", the commands {d['commands']:.1f} s)" if "commands" in d
+                                 else ")")),
     "setup_cache_pruned": lambda d: f"  Removed a package cache no kept environment uses: "
                                     f"{d['volume']}",
     "setup_pruned": lambda d: f"  Removed an older environment of this repository: {d['tag']}",

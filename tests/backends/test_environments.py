@@ -466,3 +466,28 @@ def test_a_result_kept_with_the_git_metadata_made_before_is_not_reused(tmp_path:
 
     assert described(DEFAULTS) != " setup:b5261ac2f7f534a6"  # 0.3.0's key for these settings
     assert described(DEFAULTS.replace(git_metadata=False)) == " setup:ae74fd8ddcb88581"
+
+
+def test_a_preflight_stamp_is_kept_and_never_written_through_a_symlink(tmp_path: Path) -> None:
+    from retcon_sandbox.spec import statedir
+    from retcon_sandbox.spec.statedir import STAMPS_FILE, StateDir
+
+    state = StateDir(tmp_path)
+    assert not state.has_stamp("a" * 64)
+    state.add_stamp("a" * 64)
+    state.add_stamp("b" * 64)
+    assert state.has_stamp("a" * 64) and state.has_stamp("b" * 64)
+    assert not state.has_stamp("a" * 63)  # whole lines only
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("c" * 64 + "\n")
+    other = StateDir(tmp_path / "other")
+    (tmp_path / "other").mkdir()
+    os.symlink(elsewhere, other.ensure() / STAMPS_FILE)
+    assert not other.has_stamp("c" * 64)  # a planted symlink is never read
+    other.add_stamp("d" * 64)
+    assert elsewhere.read_text() == "c" * 64 + "\n"  # nor written through
+    full = StateDir(tmp_path / "full")
+    (tmp_path / "full").mkdir()
+    (full.ensure() / STAMPS_FILE).write_bytes(b"0" * statedir.STAMPS_LIMIT)
+    full.add_stamp("e" * 64)  # a file grown to the limit starts over
+    assert full.has_stamp("e" * 64)

@@ -98,6 +98,9 @@ def test_a_lint_rule_or_a_version_bump_prepares_nothing() -> None:
     bumped = bumped.edited("Cargo.lock", b'version = "0.1.0"', b'version = "0.2.0"')
     assert bumped.key() == same  # the crate's own version, in the manifest and the lock file
     assert tree.edited("Cargo.toml", b"unsafe_code", b"missing_docs").key() == same
+    msrv = tree.edited("Cargo.toml", b'version = "0.1.0"',
+                       b'version = "0.1.0"\nrust-version = "1.74"')
+    assert msrv.key() == same  # hexyl's MSRV bumps prepared an environment each
 
 
 def test_what_changes_an_install_prepares_again() -> None:

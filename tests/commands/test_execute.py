@@ -106,18 +106,22 @@ def test_paths_only_spec_needs_no_model(demo: Demo, tmp_path: Path) -> None:
     assert again.code == 0 and "Commit 1/4" not in again.out
 
 
-def test_the_base_commit_is_checked_before_anything_is_written(demo: Demo, tmp_path: Path
-                                                                ) -> None:
-    """A missing module at the base stops the run with its name (exit 1, nothing written);
-    --no-base-check skips the check; another failure is a warning and the run goes on."""
-    original = demo.spec.read_text()
+def test_the_base_commit_explains_a_first_commit_that_fails(demo: Demo, tmp_path: Path
+                                                             ) -> None:
+    """The base is built and tested only when the first commit fails: a missing module there
+    stops the run with its name (exit 1) before a fix is asked for, and a rerun verifies the
+    first commit again; --no-base-check skips the check; another failure is a warning and the
+    run goes on. A first commit that passes runs no base check at all."""
     test = f"{sys.executable} -c 'import retcon_no_such_module'"
     missing = cli("execute", str(demo.spec), *LOCAL, "--test", test)
     assert missing.code == 1, missing.out + missing.err
     assert "the module 'retcon_no_such_module' is not installed" in missing.err
     assert "[sandbox] setup" in missing.err and "--no-base-check" in missing.err
-    assert demo.spec.read_text() == original
-    assert "feature-clean" not in demo.git("branch", "--list")
+    assert missing.out.index("Tests... FAIL") < missing.out.index("Checking the base commit")
+    assert subjects(demo) == [demo_project.COMMITS[0][0].splitlines()[0]]
+    again = cli("execute", str(demo.spec), *LOCAL, "--test", test)  # cached: the same stop
+    assert again.code == 1 and "is not installed" in again.err, again.out + again.err
+    assert "Checking the base commit: build PASS, tests FAIL (exit 1) (cached)" in again.out
     skipped = cli("execute", str(demo.spec), *LOCAL, "--test", test, "--no-base-check")
     assert skipped.code == 3 and "Checking the base commit" not in skipped.out  # stuck at commit 1
     other = make_demo(tmp_path / "other", with_paths=True)
@@ -125,6 +129,9 @@ def test_the_base_commit_is_checked_before_anything_is_written(demo: Demo, tmp_p
     assert failing.code == 3, failing.out + failing.err  # goes on, and the first commit fails
     assert "⚠ the base commit's tests already fail (3 failed)" in failing.out
     assert "Checking the base commit: build PASS, tests FAIL (exit 1)" in failing.out
+    passing = make_demo(tmp_path / "passing", with_paths=True)
+    done = cli("execute", str(passing.spec), *LOCAL)
+    assert done.code == 0 and "Checking the base commit" not in done.out, done.out + done.err
 
 
 def test_no_model_and_commits_without_paths_stop_before_doing_anything(tmp_path: Path) -> None:

@@ -32,11 +32,12 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               # a prepared environment serves every commit (and tree) with the same inputs
               "setup", "setup_command", "setup_output", "setup_ready", "setup_disk",
               "setup_pruned", "setup_cache_pruned", "setup_cache_disk", "base_check",
-              "git_metadata",
+              "git_metadata", "preflight",
               # plan: about the whole branch (plan_commit carries its number)
               "plan_start", "plan_model", "plan_written", "plan_check",
               # the commands beside execute and verify: about images, containers, the demo
               "image", "image_built", "image_bootstrapped", "images_pruned", "clean", "demo",
+              "environments_exported", "environments_imported",
               # report: about the page it wrote
               "report_written"}
 

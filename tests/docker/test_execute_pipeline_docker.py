@@ -41,7 +41,9 @@ def test_pipelined_run_in_containers_is_the_serial_run_and_a_stop_leaves_nothing
         engine: DockerEngine, tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=False)
     original = demo.spec.read_text()
-    serial_spec, serial_branch, _ = run(demo, by_request(), "--no-pipeline", where=DOCKER)
+    serial_spec, serial_branch, serial = run(demo, by_request(), "--no-pipeline", where=DOCKER)
+    # the first commit took over the preflight's sandbox, on its tree: none of its own
+    assert [e.get("preflight") for e in serial if e["event"] == "sandbox"][:1] == [True]
     reset(demo, original)
     spec, cleaned, events = run(demo, by_request(), "--pipeline", where=DOCKER)
     assert (spec, cleaned) == (serial_spec, serial_branch)
@@ -218,7 +220,7 @@ def test_paths_commits_with_setup_and_git_metadata_are_the_same_in_every_mode(
     assert trees(root, "feature-clean") == expected
     assert [v for v in seen.verdicts if v[0] == "tests"] == [
         ("tests", n, "PASS", None) for n in (1, 2, 3)]
-    assert len(seen.notes) == 4  # the base and each commit's tree
+    assert len(seen.notes) == 3  # each commit's tree (the base runs only when commit 1 fails)
     assert not ours(engine, tmp_path)
 
 

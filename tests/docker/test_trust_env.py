@@ -136,12 +136,14 @@ def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
     assert disk and all(int(str(e["written"])) >= 30_000_000 for e in disk), disk
 
 
+@pytest.mark.parametrize("hide", ["", " && chmod 000 /var/tmp/many"], ids=["open", "hidden"])
 def test_a_setup_that_writes_too_many_files_keeps_nothing(engine: DockerEngine,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, hide: str) -> None:
     """6000 empty files take no bytes, but inodes: --setup-disk 20m allows 5120 files, counted
-    before the setup is committed, so nothing is kept."""
+    before the setup is committed, so nothing is kept: in the container, or by the engine when
+    setup made a folder of its files that it cannot read."""
     spec = project(tmp_path / "many", 'setup = "mkdir /var/tmp/many && cd /var/tmp/many && '
-                   'seq 6000 | xargs touch"\ntest = "python -m pytest -q"')
+                   f'seq 6000 | xargs touch{hide}"\ntest = "python -m pytest -q"')
     scope = scope_digest(repository_scope(Repo(spec.parent)))
     code, found, log = run(spec, "--setup-disk", "20m")
     assert code == 1, log

@@ -26,20 +26,31 @@ def events(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
+def preflights(out: str) -> list[object]:
+    """Whether each preflight of a run (`--json` on stdout) opened a sandbox."""
+    return [e["sandbox"] for e in map(json.loads, out.splitlines()) if e["event"] == "preflight"]
+
+
 def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: DockerEngine,
                                                                     tmp_path: Path) -> None:
     demo = make_demo(tmp_path / "repo", with_paths=True)
     original = demo.spec.read_text()
-    first = cli("execute", str(demo.spec), *DOCKER)
-    assert first.code == 0 and first.out.count("Sandbox ready") == 4, first.out + first.err
+    first = cli("execute", str(demo.spec), *DOCKER, "--json")
+    found = events(first.out)
+    assert first.code == 0 and len([e for e in found if e["event"] == "sandbox"]) == 4, \
+        first.out + first.err
+    assert preflights(first.out) == [True]
 
-    # a redo: the same trees, so no build, no test, no container
+    # a redo: the same trees, so no build, no test, no container: not even the preflight's,
+    # whose check passed in this environment before, nor the base's check
     demo.git("branch", "-D", "feature-clean")
     demo.spec.write_text(original)
-    redo = cli("execute", str(demo.spec), *DOCKER)
+    redo = cli("execute", str(demo.spec), *DOCKER, "--json")
     assert redo.code == 0, redo.out + redo.err
-    assert "Sandbox ready" not in redo.out and redo.out.count("PASS (cached)") == 8 + 1
-    assert "Checking the base commit: build PASS, tests PASS (cached)" in redo.out
+    found = events(redo.out)
+    assert not [e for e in found if e["event"] in ("sandbox", "base_check")], redo.out
+    assert len([e for e in found if e["event"] in ("build", "tests") and e.get("cached")]) == 8
+    assert preflights(redo.out) == [False]
 
     # the environment is the image's ID (what the tag names today), then the setup's key
     cached = cli("verify", str(demo.spec), "--json")

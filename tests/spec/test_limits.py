@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from retcon_sandbox.commands.options import check_engine_limits
+from retcon_sandbox.commands.options import check_engine_limits, raised_limits
 from retcon_sandbox.errors import UsageError
 from retcon_sandbox.spec.settings import (
     DEFAULTS,
@@ -63,6 +63,8 @@ def test_raised_limits_are_capped_by_the_engine() -> None:
         with pytest.raises(UsageError, match=f"{option} .*above what the Docker engine has"):
             check_engine_limits(settings, engine_memory, engine_cpus)
     check_engine_limits(DEFAULTS, 1 * GIB, 1)  # the defaults are not the user's choice
+    assert not raised_limits(DEFAULTS) and not raised_limits(DEFAULTS.replace(memory="1g"))
+    assert raised_limits(DEFAULTS.replace(cpus=8.0))  # only then is the engine asked
 
 
 @pytest.mark.parametrize("name", [

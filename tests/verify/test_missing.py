@@ -184,7 +184,7 @@ def test_no_setup_is_a_configuration_error_with_the_recipe() -> None:
     verdict = judge(PYTEST, (), ["pyproject.toml", "tests/test_a.py"], "tests")
     assert isinstance(verdict, ConfigError)
     assert "the module 'requests' is not installed" in verdict.message
-    assert "Every commit would fail the same way." in verdict.message
+    assert "the run stops before asking for a fix" in verdict.message
     assert 'setup = ["pip install -e .[test]"]' in verdict.hint
     assert "--no-base-check" in verdict.hint
 

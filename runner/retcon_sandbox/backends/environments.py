@@ -7,7 +7,9 @@ for (by default the usual manifests and lock files of Python, Node, Rust and Go 
 pyproject.toml and Cargo.toml only their dependency tables, see `manifests`), and the whole
 content of every tracked file setup names (`setup_files`: the script it runs, a `-r` file, a
 makefile, and what those name in turn), so a branch cannot change what setup runs and keep
-another tree's key. The `setup` event says why a new environment is made (`why_new`). The
+another tree's key. A setup whose every command reads known files (`pip install NAME`, `-r`
+files of names, `cargo fetch` with a lock, `npm ci`: see `setupreads`) is keyed on exactly
+those. The `setup` event says why a new environment is made (`why_new`). The
 verification cache keys each result on the prepared image's own ID too (`prepared_id`). So each
 commit is built and tested in an environment prepared from its own inputs: a commit that adds a
 dependency gets a new environment, and a rerun prepares nothing. The image is tagged
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from retcon_sandbox import progress, threads
 from retcon_sandbox.archive import TarStream, spooled
-from retcon_sandbox.backends import images, manifests
+from retcon_sandbox.backends import images, manifests, setupreads
 from retcon_sandbox.backends.api import Backend, Sandbox, ToolFailure
 from retcon_sandbox.backends.hostaccess import CACHE_PATH, SetupPolicy
 from retcon_sandbox.backends.images import (
@@ -194,6 +196,7 @@ class Warming:
     def __init__(self, envs: Environments, label: str, tree: str, at: Place | None,
                  tar: TarStream) -> None:
         self.tree = tree
+        self.preflight = False  # the preflight's sandbox (`ready`), not a pre-warmed one
         self._stack = contextlib.ExitStack()
         self._opened: Opened | None = None
         self._error: BaseException | None = None
@@ -209,6 +212,17 @@ class Warming:
             self._error = exc
         finally:
             self._done.set()
+
+    @classmethod
+    def ready(cls, tree: str, opened: Opened, stack: contextlib.ExitStack) -> Warming:
+        """The preflight's sandbox, opened already (`stack` closes it), to be taken like a
+        warmed one."""
+        warming = cls.__new__(cls)
+        warming.tree, warming._stack, warming._opened = tree, stack, opened
+        warming.preflight = True
+        warming._error, warming._done = None, threading.Event()
+        warming._done.set()
+        return warming
 
     def take(self) -> Opened:
         self._done.wait()
@@ -253,6 +267,9 @@ class Environments:
         # trees are read from git one at a time (verify -j), whatever engine they go to
         self.git_lock = git_lock or threading.Lock()
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
+        self._command_seconds = 0.0  # what the current setup's commands took
+        self._downloaded: int | None = None  # and received through the egress proxy
+        self._closing: list[threading.Thread] = []  # see `_behind`
         self._warned = False
         self._described: dict[str, tuple[str, int] | None] = {}  # commit -> `git describe`
         self._versioned = False  # the git metadata's line was shown
@@ -284,14 +301,15 @@ class Environments:
         if tree not in self._keys:
             with self.git_lock:
                 entries = self.repo.ls_tree(tree)
-                files = inputs(entries, self._inputs, self.settings.setup, self._link_target,
-                               self._manifest)
+                files, known = keyed_inputs(entries, self.settings, self._link_target,
+                                            self._manifest)
             image_id = self.docker.engine.image_id(self.docker.image)
             key = environment_key(image_id, self.settings.setup, self.settings.git_metadata,
-                                  self.tag, files, self.scope())
+                                  self.tag, files, self.scope(), known)
             self._keys[tree] = key
             self._records[key] = input_record(image_id, self.settings.setup,
-                                              self.settings.git_metadata, self.tag, files)
+                                              self.settings.git_metadata, self.tag, files,
+                                              known)
             if self.policy.package_cache:
                 with self.git_lock:
                     self._caches[key] = cache_name(self.scope(), self.source,
@@ -483,11 +501,18 @@ class Environments:
                             again=kept)
             self._prepared.add(key)
             self._ids[key] = docker.engine.image_id(tag)
+            later = contextlib.ExitStack()  # nothing of this run waits for these
             if replaced is not None and replaced != self._ids[key]:
-                with contextlib.suppress(ImageError):  # still used by a container: prune
-                    docker.engine.remove_image(replaced)  # the image --no-cache replaced
-            self._prune(docker.engine)
+                later.callback(self._remove_replaced, docker.engine, replaced)
+            later.callback(self._prune, docker.engine)
+            self._behind(later)
         return tag
+
+    @staticmethod
+    def _remove_replaced(engine: DockerEngine, image: str) -> None:
+        """The image --no-cache replaced (still used by a container: `_prune`, later)."""
+        with contextlib.suppress(ImageError):
+            engine.remove_image(image)
 
     def _prune(self, engine: DockerEngine) -> None:
         """Keep the newest `--keep-environments` of this repository's environments (and every
@@ -556,6 +581,8 @@ class Environments:
     def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str,
                    version: Version, again: bool) -> None:
         started = time.monotonic()
+        self._command_seconds = 0.0  # the setup's own commands: the rest is ours
+        self._downloaded = None  # bytes through the egress proxy, when it is used
         commands = self.settings.setup
         ca = host_ca_bundle()
         record = self._records.get(key, {})
@@ -563,52 +590,93 @@ class Environments:
         self.report.emit("setup", image=docker.image, key=key, network=self.policy.network,
                          commands=len(commands), ca=str(ca[0]) if ca else None,
                          reason=self._why(docker.engine, record, again), cache=cache)
-        with contextlib.ExitStack() as measured:
-            measured.enter_context(progress.phase(self.report, "setup"))
-            if cache is not None:  # measured after a setup that failed too: it may be full
-                docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
-                measured.callback(self._keep_cache_within_disk, docker, cache)
-            image_id = self._setup_in_container(docker, tree, version, ca, cache, record)
+        after = contextlib.ExitStack()  # the setup's containers and networks, then the cache
+        try:
+            with progress.phase(self.report, "setup"):
+                if cache is not None:  # measured after a setup that failed too: it may be full
+                    docker.ensure_cache(cache, {LABEL_CACHE_SCOPE: scope_digest(self.scope())})
+                    after.callback(self._keep_cache_within_disk, docker, cache)
+                image_id = self._setup_in_container(docker, tree, version, ca, cache, record,
+                                                    after)
+        except BaseException:
+            after.close()
+            raise
+        self._behind(after)
         self._keep_within_disk(docker, image_id, repository, key)
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
-                         seconds=round(time.monotonic() - started, 1))
+                         seconds=round(time.monotonic() - started, 1),
+                         commands=round(self._command_seconds, 1),
+                         downloaded=self._downloaded)
+
+    def _behind(self, closing: contextlib.ExitStack) -> None:
+        """Close `closing` in a thread of its own (sandbox I/O only): once a setup is committed,
+        nothing waits for its container, proxy and networks to go (seconds, on some storage
+        drivers), nor for the package cache's measure. `settle` waits for them."""
+        def close() -> None:
+            try:
+                closing.close()
+            except Exception as exc:  # said, never lost: removal is retried by `clean`
+                self.report.emit("warning", message=f"after a setup: {exc}")
+
+        self._closing.append(threads.start(close, "retcon-setup-done"))
+
+    def settle(self) -> None:
+        """Wait for what setups left to close (`_behind`): before the run ends."""
+        for thread in self._closing:
+            thread.join()
+        self._closing.clear()
 
     def _setup_in_container(self, docker: DockerBackend, tree: str, version: Version,
                             ca: tuple[Path, bytes] | None, cache: str | None,
-                            record: dict[str, object]) -> str:
+                            record: dict[str, object], after: contextlib.ExitStack) -> str:
         """The setup's commands in a setup container, committed as an untagged image: its ID.
         They share `setup_timeout`, from the first one's start; the container (and its egress
-        proxy) end themselves SETUP_MARGIN_S after it, should the run hang."""
+        proxy) end themselves SETUP_MARGIN_S after it, should the run hang. `after` closes
+        the container."""
         commands = self.settings.setup
-        with docker.open_setup("setup", self.policy.network, self.policy.registries,
-                               ca[1] if ca else None, cache,
-                               lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
-                               allowed=self.policy.allowed_addresses) as box:
-            with self.git_lock:
-                box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
-            self._prepare_workspace(box, tree, version)
-            deadline = time.monotonic() + self.settings.setup_timeout
-            if cache is not None:
-                self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
-            for command in commands:
-                self._setup_command(docker, box, command, deadline)
-            if cache is not None:
-                self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
-            kept = box.snapshot()
-            if not kept.passed:
-                raise SetupError("setup passed, but what it made in the workspace could not be "
-                                 f"kept: {kept.output.strip()[-500:]}",
-                                 "The image needs a writable /var/tmp.")
-            self._within_files(docker, box)
-            return docker.commit_image(box, {
-                LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
-                "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
-                LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
+        box = after.enter_context(docker.open_setup(
+            "setup", self.policy.network, self.policy.registries, ca[1] if ca else None, cache,
+            lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
+            allowed=self.policy.allowed_addresses))
+        with self.git_lock:
+            box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
+        self._prepare_workspace(box, tree, version)
+        before = box.owned_files(self.settings.timeout)
+        cargo = cache is not None and "CARGO_HOME" in {**docker.engine.image_env(docker.image),
+                                                       **docker.env}
+        deadline = time.monotonic() + self.settings.setup_timeout
+        if cargo:  # an exec each way, when a CARGO_HOME (in the image) keeps the crates
+            self._cargo(box, CARGO_FROM_CACHE, "copying cached crates in", deadline)
+        for command in commands:
+            self._setup_command(docker, box, command, deadline)
+        if cargo:
+            self._cargo(box, CARGO_TO_CACHE, "keeping the crates downloaded", deadline)
+        self._downloaded = downloaded(docker.proxy_log())
+        kept = box.snapshot()
+        if not kept.passed:
+            raise SetupError("setup passed, but what it made in the workspace could not be "
+                             f"kept: {kept.output.strip()[-500:]}",
+                             "The image needs a writable /var/tmp.")
+        self._within_files(docker, box, before)
+        return docker.commit_image(box, {
+            LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
+            "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
+            LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
 
-    def _within_files(self, docker: DockerBackend, box: DockerSandbox) -> None:
+    def _within_files(self, docker: DockerBackend, box: DockerSandbox, before: int | None
+                      ) -> None:
         """Setup's files are held to --setup-disk before anything is kept, one per FILE_BYTES
-        of it, as the package cache's are: empty files take no bytes, but inodes."""
-        files, most = docker.files_written(box), self.policy.disk // FILE_BYTES
+        of it, as the package cache's are: empty files take no bytes, but inodes. Setup runs
+        as the commands' uid without capabilities, so what it makes is theirs: the files of
+        theirs after it, less those `before` it (counted in the container: the engine's own
+        list of changes walks the whole image on some storage drivers, 15 s for a venv on
+        fuse-overlayfs). A file it rewrites or removes there is not counted: at most as many
+        as the image held before, which is small beside the cap. When a count fails (a
+        folder of theirs they cannot read), the engine's list is asked."""
+        after = box.owned_files(self.settings.timeout) if before is not None else None
+        files = after - before if after is not None and before is not None else \
+            docker.files_written(box)
+        most = self.policy.disk // FILE_BYTES
         if files > most:
             raise SetupError(f"setup wrote {files} files, over the {most} that --setup-disk "
                              f"{human_bytes(self.policy.disk)} allows: the environment was not "
@@ -703,6 +771,7 @@ class Environments:
             lines = _LineSplitter(said)
             result = box.run(command, left, lines.feed)
             lines.flush()
+        self._command_seconds += result.seconds
         if result.passed:
             return
         if result.timed_out:
@@ -734,6 +803,16 @@ class Environments:
 
 
 SETUP_MARGIN_S = 1800.0  # past setup_timeout: the tree's load, the snapshot, the image's commit
+
+
+_CLOSED = re.compile(r"closed \S+ up [0-9]+ down ([0-9]+)")
+
+
+def downloaded(log: str) -> int | None:
+    """The bytes a setup received through its egress proxy (the proxy's `closed` lines); None
+    without a proxy (--setup-network full or none)."""
+    found = [int(m.group(1)) for m in _CLOSED.finditer(log)]
+    return sum(found) if log else None
 
 
 _C = CACHE_PATH + "/cargo/registry"
@@ -861,6 +940,23 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, 
     return {path: (manifests.whole(e.mode, e.sha) if path in named
                    else manifests.parts(path, e.mode, e.sha, read))
             for path, e in sorted(entries.items()) if path in named or patterns.matches(path)}
+
+
+def keyed_inputs(entries: dict[str, TreeEntry], settings: SandboxSettings,
+                 link: LinkTarget | None = None, read: ReadBlob | None = None
+                 ) -> tuple[Fingerprint, bool]:
+    """The files that key a setup's environment, and whether they are exactly what its
+    commands read (`setupreads`): then each is keyed by what an installer reads of it (see
+    `manifests`), and nothing else is. Otherwise (a command whose reads are not known, or
+    `setup_inputs` chosen in the spec) `inputs`: every manifest, and every file setup names."""
+    patterns = Patterns(DEFAULT_INPUTS if settings.setup_inputs is None
+                        else settings.setup_inputs)
+    if settings.setup_inputs is None and read is not None:
+        reads = setupreads.known_reads(settings.setup, entries, read)
+        if reads is not None:
+            return {path: manifests.parts(path, entries[path].mode, entries[path].sha, read)
+                    for path in sorted(reads)}, True
+    return inputs(entries, patterns, settings.setup, link, read), False
 
 
 _WORD = re.compile(r"[^\s'\"`;&|()<>=,:]+")  # a word of a shell command, loosely
@@ -1058,17 +1154,21 @@ def _joined(directory: str, path: str) -> str:
 
 
 def environment_key(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
-                    files: Fingerprint, scope: str = "") -> str:
-    text = json.dumps({"v": 2, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
-                       "inputs": files, "repository": scope}, sort_keys=True)
+                    files: Fingerprint, scope: str = "", known: bool = False) -> str:
+    """`known`: `files` are exactly what the setup commands read (`keyed_inputs`)."""
+    fields = {"v": 2, "image": image_id, "setup": list(setup), "git": git, "tag": tag,
+              "inputs": files, "repository": scope, **({"reads": "known"} if known else {})}
+    text = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def input_record(image_id: str, setup: tuple[str, ...], git: bool, tag: str | None,
-                 files: Fingerprint) -> dict[str, object]:
+                 files: Fingerprint, known: bool = False) -> dict[str, object]:
     """What an environment was made from, kept in its label (LABEL_ENV_INPUTS) so that the
-    next one can say why it is made."""
-    return {"image": image_id, "setup": list(setup), "git": git, "tag": tag, "inputs": files}
+    next one can say why it is made, and an imported one can be keyed in another clone
+    (`envtransfer`). `known`: as for `environment_key`."""
+    return {"image": image_id, "setup": list(setup), "git": git, "tag": tag, "inputs": files,
+            **({"reads": "known"} if known else {})}
 
 
 def why_new(previous: dict[str, object] | None, current: dict[str, object],

@@ -42,6 +42,8 @@ CARGO: frozenset[tuple[str, ...]] = frozenset({
     ("package", "categories"), ("package", "authors"), ("package", "homepage"),
     ("package", "documentation"), ("package", "repository"),
     ("workspace", "package", "version"), ("lints",), ("workspace", "lints"), ("badges",),
+    # the oldest toolchain the crate supports: checked by a build, never fetched or installed
+    ("package", "rust-version"), ("workspace", "package", "rust-version"),
 })
 SPLIT = ("project", "tool", "package", "workspace")  # tables whose keys are parts of their own
 MAX_DOTS = 256  # a line with more: the file is keyed whole (tomllib is slow on such keys)

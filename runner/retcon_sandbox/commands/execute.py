@@ -123,6 +123,10 @@ def execute(options: ExecuteOptions) -> int:
 
 
 def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
+    if options.sandbox == "docker":
+        from retcon_sandbox.backends.docker.engine import prefetch
+
+        prefetch()  # while the spec and the repository are checked
     check_base_url(options.base_url)
     if options.summary is not None:
         outfile.summary(options.summary, "execute").check()
@@ -168,7 +172,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
         ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
                   run_options(options), settings, envs,
                   ask=ask_note if interactive else None,
-                  source=revs.source, base=revs.base, final=final)
+                  source=revs.source, base=revs.base, final=final, state=state_dir)
         started.append(ctx)
         try:
             result = engine.run(ctx)
@@ -177,6 +181,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
                 exc.hint = f"{exc.hint}\n{ctx.what_was_recorded()}".lstrip("\n")
             raise
         finally:
+            envs.settle()  # what setups left to close, behind the run's back
             if agent is not None:
                 agent.transcript.close()
             if verifier.cache is not None and verifier.cache.problem:

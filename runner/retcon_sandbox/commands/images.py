@@ -1,10 +1,11 @@
-"""`retcon-sandbox images build|bootstrap|list|prune|tag`; `--json` prints one event per image
-(or per removal) instead of the lines, with progress on stderr either way."""
+"""`retcon-sandbox images build|bootstrap|list|prune|tag|export|import`; `--json` prints one
+event per image (or per removal) instead of the lines, with progress on stderr either way."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from retcon_sandbox.backends import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(tag)
         return EXIT_OK
+    if args.action in ("export", "import"):
+        return transfer(args, reporter)
     engine = DockerEngine()
     if args.action == "build":
         _known(args.names)
@@ -67,4 +70,30 @@ def run(args: argparse.Namespace) -> int:
             reporter.emit("images_pruned", removed=removed)
         else:
             print(f"Removed {len(removed)} stale image(s)." if removed else "No stale images.")
+    return EXIT_OK
+
+
+def transfer(args: argparse.Namespace, reporter: JsonReporter | None) -> int:
+    """`export FILE` (FILE checked before the engine is asked anything) or `import FILE`."""
+    from retcon_sandbox.backends import envtransfer
+    from retcon_sandbox.commands.options import find_repo
+
+    repo = find_repo(Path(args.repo) if args.repo else None, None)
+    path = Path(args.file)
+    if args.action == "export":
+        envtransfer.output(path).check()
+        moved = envtransfer.export(DockerEngine(), repo, path)
+        verb = "Exported"
+    else:
+        moved = envtransfer.load(DockerEngine(), repo, path)
+        verb = "Imported"
+    if reporter and args.action == "export":
+        reporter.emit("environments_exported", file=str(path),
+                      environments=moved.environments, bases=moved.bases)
+    elif reporter:
+        reporter.emit("environments_imported", file=str(path),
+                      environments=moved.environments, bases=moved.bases)
+    else:
+        print(sanitize(f"{verb} {len(moved.environments)} prepared environment(s) and "
+                       f"{len(moved.bases)} base image(s) ({path})."))
     return EXIT_OK

@@ -263,6 +263,13 @@ def limit_options(args: object) -> dict[str, object]:
     return {key: getattr(args, key, None) for key in LOWER_ONLY if key != "timeout"}
 
 
+def raised_limits(settings: SandboxSettings) -> bool:
+    """Whether a limit the engine caps is raised above its default (then `check_engine_limits`
+    needs to ask the engine what it has: `docker info`, tens of milliseconds, spared
+    otherwise)."""
+    return any(getattr(settings, key) > BY_KEY[key].default for key in (*SIZES, "cpus"))
+
+
 def check_engine_limits(settings: SandboxSettings, memory: int, cpus: int) -> None:
     """A limit raised above its default must fit the engine: memory and the tmpfs sizes (held
     in memory) at most its MemTotal, CPUs at most its NCPU."""
@@ -342,7 +349,8 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
         if verbosity() >= 0:
             print(line, file=sys.stderr)
 
-    check_engine_limits(settings, *engine.resources())
+    if raised_limits(settings):
+        check_engine_limits(settings, *engine.resources())
     tag = images.ensure(engine, settings.image or images.default_image(), say,
                         allow_pull=access.allow_pull)
     if spec_image is not None and settings.image == spec_image:
@@ -364,7 +372,8 @@ def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
     from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
     engine = DockerEngine(endpoint)
-    check_engine_limits(settings, *engine.resources())
+    if raised_limits(settings):
+        check_engine_limits(settings, *engine.resources())
     tag = first.image
     load = (f"`docker save {tag} | DOCKER_HOST={endpoint.host} docker load` (from the first "
             f"engine), or build it there: `DOCKER_HOST={endpoint.host} retcon-sandbox images "

@@ -140,8 +140,12 @@ def verify(args: argparse.Namespace, outputs: Outputs) -> int:
     # a live table shows each tree's phase itself; otherwise the heartbeat's lines do
     with contextlib.nullcontext() if isinstance(display, LiveDisplay) else \
             watching(reporter, None if args.json else sys.stdout, live=False):
-        pool = run_pool(args, plan, envs, more, verifier, jobs, display,
-                        reporter if args.json else None)
+        try:
+            pool = run_pool(args, plan, envs, more, verifier, jobs, display,
+                            reporter if args.json else None)
+        finally:  # what setups left to close, behind the pool's back
+            for each in (envs, *more):
+                each.settle()
     reporter.emit("verify_phases", jobs=jobs, ahead=pool.ahead, reuse=pool.reuse,
                   prepare="command" if pool.prepare_with_command else "exec",
                   engines=pool.spread,

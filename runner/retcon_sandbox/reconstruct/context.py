@@ -39,6 +39,7 @@ from retcon_sandbox.spec.history import (
     next_step,
 )
 from retcon_sandbox.spec.settings import SandboxSettings
+from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.verify.stages import Verifier
 
 if TYPE_CHECKING:  # openai loads only when a model is named (commands/setup.make_agent)
@@ -56,7 +57,7 @@ class RunOptions:
     reuse: bool = True  # the squash check's used sandboxes may take another tree, once wiped
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
-    base_check: bool = True  # build and test the base commit first (--no-base-check: not)
+    base_check: bool = True  # the base commit explains a first failure (--no-base-check: not)
     # while a commit builds and tests: "warm" opens the next one's sandbox, "full" also has
     # the model extract it ahead (steps/speculate.py); "off": one thing at a time
     pipeline: str = "off"
@@ -111,12 +112,15 @@ class Run:
     ask: AskNote | None = None
     source: str = ""
     final: Verifier | None = None  # `[sandbox] test_final`: the finished branch's check
+    state: StateDir | None = None  # the repository's state directory (the preflight's stamps)
     base: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
     speculation: Speculation | None = None  # see steps/speculate.py
     retiring: list[threading.Thread] = field(default_factory=list)  # sandboxes being removed
     retire_errors: list[Exception] = field(default_factory=list)
     appended: list[tuple[int, Entry]] = field(default_factory=list)  # this run's, in order
+    base_checked: bool = False  # this run built and tested the base (steps/basecheck.py)
+    handover: Warming | None = None  # the preflight's sandbox, for the first commit to take
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
 
@@ -171,10 +175,12 @@ class Run:
                 current.append(inner)
                 started = time.monotonic()
                 warm = ahead.pop() if ahead else None
+                taken = {}  # the preflight's sandbox, taken over: said so
                 with progress.phase(self.report, "sandbox", number):
                     if warm is not None and warm.tree == tree:
                         inner.callback(warm.close)
                         opened = warm.take()
+                        taken = {"preflight": True} if warm.preflight else {}
                     else:
                         if warm is not None:
                             warm.close()
@@ -183,7 +189,7 @@ class Run:
                 where = {} if number is None else {"number": number}
                 self.report.emit("sandbox", **where, files=opened.files,
                                  seconds=time.monotonic() - started,
-                                 environment=opened.environment)
+                                 environment=opened.environment, **taken)
                 return opened.box
 
             def retree(box: Sandbox, tree: str) -> None:
@@ -191,6 +197,17 @@ class Run:
 
             yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
                             self.settings.max_file_size, self.envs.key, retree)
+
+    def take_handover(self) -> Warming | None:
+        """The preflight's sandbox, once: the first commit's to use if its tree is the one it
+        needs first (`sandbox`), else it is removed there."""
+        found, self.handover = self.handover, None
+        return found
+
+    def drop_handover(self) -> None:
+        found, self.handover = self.handover, None
+        if found is not None:
+            found.close()
 
     def place(self, tree: str, number: int | None) -> tuple[str, int]:
         """Where a sandbox's tree sits, for its git metadata's version: the cleaned branch's

@@ -9,11 +9,13 @@ history again, so a run can stop anywhere and the next run goes on from the file
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import hashlib
+import json
 from dataclasses import dataclass
 
-from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, ConfigError, GitError
+from retcon_sandbox.backends.environments import Warming
+from retcon_sandbox.errors import EXIT_ERROR, EXIT_OK, EXIT_STUCK, GitError
 from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.commit import fixes_of, process
@@ -22,9 +24,8 @@ from retcon_sandbox.reconstruct.steps.remainder import remainder
 from retcon_sandbox.reconstruct.steps.speculate import discard, settle
 from retcon_sandbox.reconstruct.steps.squash import first_parent, is_squashed, squash
 from retcon_sandbox.repo import checks
-from retcon_sandbox.spec.history import Done, commits_created, next_step
-from retcon_sandbox.verify import missing
-from retcon_sandbox.verify.stages import check_runnable
+from retcon_sandbox.spec.history import Done, Verify, commits_created, next_step
+from retcon_sandbox.verify.stages import check_runnable, first_program
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,16 @@ class Result:
 
 def run(ctx: Run) -> Result:
     check_branch(ctx)
-    preflight(ctx)
-    prepare_branch(ctx)
-    reaped = ctx.backend.reap()
+    reaped = ctx.backend.reap()  # a killed run's containers, before this one makes its own
     if reaped:
         ctx.report.emit("reaped", count=reaped)
     try:
+        preflight(ctx)
+        prepare_branch(ctx)
         for commit in ctx.spec.commits:
             process(ctx, commit.number)
     finally:  # a stop while the next commit was begun ahead: nothing of it stays
+        ctx.drop_handover()
         discard(ctx)
         failed = settle(ctx)
     if failed:
@@ -67,35 +69,59 @@ def preflight(ctx: Run) -> None:
     """Before the branch is created or any entry written, when there is work left: the
     environment of the tip's tree is prepared (a setup that fails or times out stops here, and
     the first commit reuses it), and the programs the build and test commands start with exist
-    in it; while no commit is on the branch, the base commit must not fail for a missing
-    dependency (`base_check`). So an exit 1 here means that this run recorded nothing (the
-    error's hint says so: `Run.what_was_recorded`)."""
+    in it. So an exit 1 here means that this run recorded nothing (the error's hint says so:
+    `Run.what_was_recorded`). Once that check has passed for these commands in this very
+    environment (the image's ID, and the prepared environment's), a stamp in the state
+    directory says so, and a later run (a redo, a resume) opens no sandbox for it. The base
+    commit itself is built and tested only if the first commit fails (steps/basecheck.py)."""
     if all(isinstance(next_step(c.history), Done) for c in ctx.spec.commits):
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
         return
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
     tree = ctx.repo.tree_of(tip)
-    with ctx.envs.sandbox("preflight", tree, (tip, 0)) as opened:
+    stamp = runnable_stamp(ctx, tree)
+    passed = stamp is not None and ctx.state is not None and ctx.state.has_stamp(stamp)
+    ctx.report.emit("preflight", sandbox=not passed)  # none: the check passed here before
+    if passed:
+        return
+    stack = contextlib.ExitStack()
+    try:
+        opened = stack.enter_context(ctx.envs.sandbox("preflight", tree, first_place(ctx, tip)))
         check_runnable(opened.box, ctx.verifier.commands)
         if ctx.final is not None:
             check_runnable(opened.box, ctx.final.commands)
-        if tip == ctx.base and ctx.options.base_check and ctx.verifier.runs_anything:
-            base_check(ctx, tree, lambda: opened.box)
+    except BaseException:
+        stack.close()
+        raise
+    ctx.handover = Warming.ready(tree, opened, stack)  # the first commit's, if it needs it
+    stamp = runnable_stamp(ctx, tree)  # its environment is prepared now
+    if stamp is not None and ctx.state is not None:
+        ctx.state.add_stamp(stamp)
 
 
-def base_check(ctx: Run, tree: str, box: Callable[[], Sandbox]) -> None:
-    """While no commit is on the cleaned branch: the base commit is built and tested (cached
-    like any tree). A missing module or crate stops the run here, naming it and the setup that
-    installs it (`missing.judge`); any other failure is a warning, and the run goes on."""
-    outcome = ctx.verifier.baseline(tree, box)
-    failed = next((s.which for s in outcome.stages if not s.passed), "test")
-    verdict = missing.judge(outcome.failure, ctx.settings.setup, ctx.repo.ls_tree(tree),
-                            "build" if failed == "build" else "tests")
-    if isinstance(verdict, ConfigError):
-        raise verdict
-    if verdict is not None:
-        ctx.report.emit("warning", message=verdict)
+def first_place(ctx: Run, tip: str) -> tuple[str, int]:
+    """Where the first commit to work on would open its sandbox on the tip's tree (see
+    `Run.place`): the preflight's sandbox sits there, so that commit can take it over."""
+    step = next((next_step(c.history) for c in ctx.spec.commits
+                 if not isinstance(next_step(c.history), Done)), None)
+    return tip, 0 if isinstance(step, Verify) else 1
+
+
+def runnable_stamp(ctx: Run, tree: str) -> str | None:
+    """What the preflight's check depends on: the commands it checks, the environment they run
+    in (None when it is not prepared yet), and the tree when a program is a path in it
+    (`./run-tests`)."""
+    key = ctx.verifier.key_for(tree)
+    if key is None:
+        return None
+    verifiers = [ctx.verifier, *([ctx.final] if ctx.final is not None else [])]
+    commands = [v.commands.planned(which) for v in verifiers for which in ("build", "test")]
+    programs = [first_program(c) for c in commands if c]
+    in_tree = any(p is None or "/" in p for p in programs)
+    text = json.dumps({"v": 1, "commands": commands, "environment": key.environment,
+                       "tree": tree if in_tree else None})
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_branch(ctx: Run) -> None:

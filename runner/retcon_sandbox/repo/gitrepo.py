@@ -226,6 +226,14 @@ class Repo:
                    "characters, and no leading `-` or trailing `.lock`"
         return None
 
+    def root_commits(self, rev: str) -> list[str]:
+        """The commits without parents in `rev`'s history (a shallow clone's boundary counts);
+        none when `rev` names no commit."""
+        try:
+            return self._git("rev-list", "--max-parents=0", rev, "--").split()
+        except GitError:
+            return []
+
     def is_shallow(self) -> bool:
         return self._git("rev-parse", "--is-shallow-repository") == "true"
 

@@ -21,6 +21,8 @@ from retcon_sandbox.errors import RetconError
 NAME = "retcon-sandbox"
 STEM_BYTES = 64  # of a spec's name in a state file's name ("<stem>-<hash>.transcript.jsonl")
 SCOPE_FILE = "environment-scope"
+STAMPS_FILE = "preflight-passed"  # the preflight checks that passed, one digest a line
+STAMPS_LIMIT = 64 * 1024  # bytes of it read; a longer file starts over
 
 
 class StateDir:
@@ -83,6 +85,41 @@ class StateDir:
             raise RetconError(f"{path} is not a scope id retcon-sandbox wrote",
                               f"Remove it (rm {path}); prepared environments are made again.")
         return text
+
+    def has_stamp(self, stamp: str) -> bool:
+        """Whether `stamp` (a hex digest) was recorded by `add_stamp`. A file that cannot be
+        read counts as none: a stamp only spares a check that runs otherwise."""
+        try:
+            fd = os.open(self.ensure() / STAMPS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (OSError, RetconError):
+            return False
+        try:
+            data = os.read(fd, STAMPS_LIMIT)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return stamp.encode() in data.split(b"\n")
+
+    def add_stamp(self, stamp: str) -> None:
+        """Record `stamp`; a file grown past STAMPS_LIMIT starts over. Never an error."""
+        path = self.ensure() / STAMPS_FILE
+        try:
+            full = os.lstat(path).st_size >= STAMPS_LIMIT
+        except OSError:
+            full = False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | \
+            (os.O_TRUNC if full else os.O_APPEND)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError:
+            return
+        try:
+            os.write(fd, stamp.encode() + b"\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _publish(path: Path, data: bytes) -> None:

@@ -100,13 +100,15 @@ def judge(failure: str | None, setup: tuple[str, ...], files: Iterable[str],
         f"in the sandbox\n    {missing.line[:300]}"
     if not setup:
         return ConfigError(
-            f"{said}\nEvery commit would fail the same way.",
+            f"{said}\nEvery commit fails the same way: the run stops before asking for a fix.",
             f"Install the project's dependencies with [sandbox] setup, e.g.\n    [sandbox]\n    "
-            f"{recipe(missing.ecosystem, files)}\n(README: Prepared environments, Recipes). "
-            "If the failure is expected, rerun with --no-base-check.")
+            f"{recipe(missing.ecosystem, files)}\n(README: Prepared environments, Recipes), "
+            "then rerun: the first commit is verified again. If the failure is expected, rerun "
+            "with --no-base-check.")
     return ConfigError(
-        f"{said}\n[sandbox] setup ran ({'; '.join(setup)[:200]}) but does not install it.",
+        f"{said}\n[sandbox] setup ran ({'; '.join(setup)[:200]}) but does not install it: "
+        "the run stops before asking for a fix.",
         f"Make [sandbox] setup install {missing.name!r} ({HOW[missing.ecosystem]}), e.g."
         "\n    [sandbox]\n    "
-        f"{recipe(missing.ecosystem, files)}\nIf the failure is expected, rerun with "
-        "--no-base-check.")
+        f"{recipe(missing.ecosystem, files)}\nthen rerun: the first commit is verified again. "
+        "If the failure is expected, rerun with --no-base-check.")

@@ -143,6 +143,17 @@ class DockerSandbox(HelperSandbox):
             return [f"the wipe exited {wiped.exit_code}: {wiped.output.strip()[-200:]}"]
         return self.reset()
 
+    def owned_files(self, timeout: float) -> int | None:
+        """How many files, folders and links outside the tmpfs mounts belong to the commands'
+        uid or group: setup runs as that uid without capabilities, so everything it makes
+        does (see `Environments._within_files`). None when that cannot be told: a folder of
+        theirs the uid cannot read (the engine's own count is asked then)."""
+        result = self.run(OWNED_FILES, timeout)
+        text = result.output.strip()
+        if not result.passed or not text.isdigit():
+            return None
+        return int(text)
+
     def _still_alive(self, command: str) -> None:
         """A command that could not run (126, 127: also what a failed exec reports) or was
         killed by a signal: was the whole sandbox killed (removed by `clean`, the engine
@@ -583,6 +594,11 @@ class DockerBackend:
 
 
 TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its timeout
+# Every file of the commands' uid or group on the root file system (-xdev: not the tmpfs
+# mounts, /proc or /sys), one dot each; a folder of theirs it cannot read fails the count.
+OWNED_FILES = (f"n=$(find / -xdev \\( -user {COMMAND_UID} -o -group {GID} \\) \\( -type d ! "
+               "\\( -readable -executable \\) -printf X -o -printf . \\) 2>/dev/null) || true; "
+               'case "$n" in *X*) exit 3;; esac; printf %s "$n" | wc -c')
 # The supervisor's line on its stderr after a --prepare in a command's exec: exit code, seconds
 # and why (hex of UTF-8), as `prepare_first` in sandbox/supervisor.py writes it.
 PREPARED_RECORD = b"retcon-sandbox-prepared"

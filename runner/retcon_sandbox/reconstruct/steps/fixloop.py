@@ -8,6 +8,7 @@ from retcon_sandbox.model.tools import Committed
 from retcon_sandbox.model.tools import GaveUp as ModelGaveUp
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.ask import ask_model, resolution
+from retcon_sandbox.reconstruct.steps.basecheck import explain_failure
 from retcon_sandbox.reconstruct.steps.speculate import ahead
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.resources import prompt
@@ -25,6 +26,8 @@ from retcon_sandbox.spec.history import (
 
 def verify(run: Run, commit: CommitSpec, state: WorkState, step: Verify) -> CommitSpec:
     failure = run.verifier.check(state, commit.number, ahead(run, commit.number))
+    if failure is not None:
+        explain_failure(run)
     if failure is None:
         if run.options.strict_provenance:
             summary = provenance.gate(run.provenance(commit), True, step.stuck,

@@ -111,7 +111,8 @@ def opened(run: Run, number: int) -> Iterator[tuple[WorkState, Outcome | None]]:
         if found is not None:
             drop(run, found)
         stack = contextlib.ExitStack()
-        state = stack.enter_context(run.sandbox(f"commit-{number}", number))
+        state = stack.enter_context(run.sandbox(f"commit-{number}", number,
+                                                run.take_handover()))
         asked = None
     try:
         yield state, asked
