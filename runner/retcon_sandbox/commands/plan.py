@@ -31,8 +31,9 @@ from retcon_sandbox.commands.options import (
 from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, UsageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
-from retcon_sandbox.plan.draft import Group, derive, draft
+from retcon_sandbox.plan.draft import EVIDENCE_LIMIT, Group, draft
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
+from retcon_sandbox.plan.order import derive
 from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
@@ -42,7 +43,7 @@ from retcon_sandbox.spec.settings import DEFAULTS
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize, sanitize_name
 
-TEXT_LIMIT = 512 * 1024  # larger files are not read for imports
+TEXT_LIMIT = 512 * 1024  # larger files are not read (for imports and shared identifiers)
 CODE_SUFFIXES = (".py", ".rs", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs")
 LOG_SUBJECTS = 30
 
@@ -140,16 +141,17 @@ def default_remote(repo: Repo, source: str, source_sha: str) -> str:
 # --- what the planner reads ----------------------------------------------------------------
 
 
-def _text(repo: Repo, path: str, blob: str | None) -> str | None:
-    if blob is None or not path.endswith(CODE_SUFFIXES):
-        return None
-    data = repo.small_blob(blob, TEXT_LIMIT)
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
+    """path -> blob read as UTF-8 text: those under TEXT_LIMIT that are text."""
+    data = repo.small_blobs(list(wanted.values()), TEXT_LIMIT)
+    out = {}
+    for path, blob in wanted.items():
+        if blob in data:
+            try:
+                out[path] = data[blob].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+    return out
 
 
 def read_facts(target: Target) -> Facts:
@@ -161,11 +163,13 @@ def read_facts(target: Target) -> Facts:
     for path, *_ in entries:
         refuse_dotgit(path)
     changes = tuple(Change(path, status, old, new) for path, status, old, new in entries)
-    commits = tuple(MessyCommit(subject, tuple(repo.touched_paths(sha)))
-                    for sha, _tree, subject in repo.commits_in(target.source, target.base))
-    texts = {c.path: t for c in changes if (t := _text(repo, c.path, c.new_blob)) is not None}
-    base_texts = {c.path: t for c in changes if c.status != "A"
-                  and (t := _text(repo, c.path, c.old_blob)) is not None}
+    commits = tuple(MessyCommit(subject, tuple(p for p, *_ in entries))
+                    for subject, entries in repo.commit_changes(target.source, target.base))
+    code_only = len(changes) > EVIDENCE_LIMIT  # folders decide: only imports are read
+    readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
+    texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
+    base_texts = _texts(repo, {c.path: c.old_blob for c in readable
+                               if c.status != "A" and c.old_blob})
     files = frozenset(repo.ls_tree(repo.tree_of(target.source)))
     return Facts(changes, commits, files, texts, base_texts,
                  tuple(repo.subjects(target.remote, LOG_SUBJECTS)))
@@ -182,7 +186,8 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
     target = choose(repo, args.source, args.remote, args.cleaned)
     facts = read_facts(target)
     out = sys.stdout if output is not None or args.json else sys.stderr
-    groups = draft(facts)
+    drafted = draft(facts)
+    groups = drafted.groups
     b = target.branches
     reporter.emit("plan_start", source=b.source, remote=b.remote, cleaned=b.cleaned,
                   base=target.base, files=len(facts.changes), messy_commits=len(facts.commits))
@@ -192,7 +197,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                        f"{len(facts.changes)} changed file(s) in {len(facts.commits)} messy "
                        "commit(s)"), file=out)
     model = ModelOptions(args.model, args.base_url, args.model_timeout).settings()
-    how = "deterministic: co-change, directories, imports and the messy messages"
+    how = f"deterministic: {drafted.how}"
     if model is not None:
         groups, repairs = refine(args, target, facts, groups, reporter, out)
         how = (f"proposed by the model {model.model}, checked in code" if repairs.refused is None
