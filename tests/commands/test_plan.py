@@ -300,3 +300,37 @@ def test_an_existing_cleaned_branch_is_named_with_what_execute_will_do(demo: Dem
     assert refused.code == 1 and \
         "its reflog does not show a run of retcon-sandbox creating it" in refused.err
     assert "--adopt-branch" in refused.err
+
+
+def shared_change_log(root: Path) -> Path:
+    """Two pieces of work, each with its entry in CHANGES.md, and CI in between."""
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    repo = Repo.init(root, "main")
+    repo.commit_files("main", {"src/a.py": "A = 1\n", "src/b.py": "B = 1\n",
+                               "CHANGES.md": "# Changes\n", ".ci.yml": "on: push\n"}, "Initial")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    repo.commit_files("feature", {"src/a.py": "A = 2\n", "CHANGES.md": "# Changes\n- faster a\n"},
+                      "Speed up the parser in module a")
+    repo.commit_files("feature", {".ci.yml": "on: [push, pull_request]\n"},
+                      "Run the checks on pull requests too")
+    repo.commit_files("feature", {"src/b.py": "B = 2\n",
+                                  "CHANGES.md": "# Changes\n- faster a\n- streaming b\n"},
+                      "Teach module b to stream its output")
+    return root
+
+
+def test_a_file_two_commits_change_is_said_and_goes_whole_in_the_last(tmp_path: Path) -> None:
+    root = shared_change_log(tmp_path / "r")
+    result = cli("plan", "--source", "feature", "-o", "spec.toml", cwd=root)
+    assert result.code == 0, result.err
+    doc = tomllib.loads((root / "spec.toml").read_text(encoding="utf-8"))
+    home = {p: i + 1 for i, c in enumerate(doc["commit"]) for p in c["paths"]}
+    first, last = home["src/a.py"], home["src/b.py"]
+    assert first < last == home["CHANGES.md"]
+    assert (f"Shared: CHANGES.md is changed by the work of #{first} and #{last}; it goes whole "
+            f"in #{last} (with a model, #{first} would take its part)") in result.out
+    events = [json.loads(line) for line in cli("plan", "--source", "feature", "--json",
+                                                 cwd=root).out.splitlines()]
+    assert {"event": "plan_shared", "path": "CHANGES.md", "commits": [first, last]}.items() \
+        <= next(e for e in events if e["event"] == "plan_shared").items()

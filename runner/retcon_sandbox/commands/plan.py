@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from retcon_sandbox.commands.options import (
 from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, UsageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
-from retcon_sandbox.plan.draft import EVIDENCE_LIMIT, Group, draft
+from retcon_sandbox.plan.draft import EVIDENCE_LIMIT, Group, draft, for_a_model, shared_by
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
 from retcon_sandbox.plan.order import derive
 from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
@@ -163,7 +164,8 @@ def read_facts(target: Target) -> Facts:
     for path, *_ in entries:
         refuse_dotgit(path)
     changes = tuple(Change(path, status, old, new) for path, status, old, new in entries)
-    commits = tuple(MessyCommit(subject, tuple(p for p, *_ in entries))
+    commits = tuple(MessyCommit(subject, tuple(p for p, *_ in entries),
+                                tuple((old, new) for _, _, old, new in entries))
                     for subject, entries in repo.commit_changes(target.source, target.base))
     code_only = len(changes) > EVIDENCE_LIMIT  # folders decide: only imports are read
     readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
@@ -208,21 +210,15 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                       f"--cleaned NAME for a new one, delete it (git branch -D {b.cleaned}) if "
                       "it is an old result, or run `execute --adopt-branch` to add the commits "
                       "on top of it")
+    groups = shared(repo, facts, groups, model is not None, reporter, out if talk else None)
     header = (f"Draft history spec for {b.source}, made by `retcon-sandbox plan` from "
               f"{len(facts.commits)} messy commit(s)\n({how}).\n"
               "A draft: review the grouping, order and messages before `retcon-sandbox "
-              "execute`.\nEach [[commit]] lists `paths`, so no model is needed; drop `paths` "
-              "from a commit\nto let a model extract it by its hints instead.")
+              "execute`.\nA [[commit]] that lists `paths` needs no model; drop `paths` from a "
+              "commit\nto let a model extract it by its hints instead.")
     text = spec_text(b, groups, guess_commands(facts.source_files), header)
     exact(facts.paths, groups)
-    for number, group in enumerate(groups, 1):
-        reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
-                      paths=list(group.paths))
-        if talk:
-            print(sanitize(f"  {number}. {group.message.splitlines()[0]}  "
-                           f"({len(group.paths)} file(s): "
-                           + ", ".join(sanitize_name(p) for p in group.paths[:4])
-                           + (", …" if len(group.paths) > 4 else "") + ")"), file=out)
+    show(groups, reporter, out if talk else None)
     if output is not None:
         try:
             output.write(text.encode("utf-8"))
@@ -254,13 +250,71 @@ RESUME = ("The run saves each step in the spec: after a stop (a stuck commit, Ct
           "error), the same\ncommand resumes where it stopped.")
 
 
+def show(groups: list[Group], reporter: Reporter, out: TextIO | None) -> None:
+    for number, group in enumerate(groups, 1):
+        reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
+                      paths=list(group.paths), model=group.model)
+        if out is not None:
+            print(sanitize(f"  {number}. {group.message.splitlines()[0]}  "
+                           f"({len(group.paths)} file(s): "
+                           + ", ".join(sanitize_name(p) for p in group.paths[:4])
+                           + (", …" if len(group.paths) > 4 else "") + ")"
+                           + (", for the model (no `paths`)" if group.model else "")), file=out)
+
+
+HUNK_LINES = 40  # of one part of a shared file, in a hints commit
+
+
+def shared(repo: Repo, facts: Facts, groups: list[Group], model: bool, reporter: Reporter,
+           out: TextIO | None) -> list[Group]:
+    """Files that two or more commits' work changed: said; with a model, each earlier commit
+    becomes a hints commit that names its part of the file (the last keeps the file whole)."""
+    parts = shared_by(facts, [g.paths for g in groups])
+    for path, commits in parts.items():
+        numbers = list(commits)
+        reporter.emit("plan_shared", path=path, commits=numbers)
+        if out is not None:
+            others = ", #".join(map(str, numbers[:-1]))
+            print(sanitize(f"  Shared: {sanitize_name(path)} is changed by the work of #"
+                           f"{others} and #{numbers[-1]}; it goes whole in #{numbers[-1]}"
+                           + (f" (#{others} drafted for the model, with its part)" if model
+                              else " (with a model, #" + others + " would take its part)")),
+                  file=out)
+    if not model or not parts:
+        return groups
+    return for_a_model(groups, parts, hunks(repo, facts, parts))
+
+
+def hunks(repo: Repo, facts: Facts, parts: dict[str, dict[int, tuple[int, ...]]]
+          ) -> dict[tuple[str, int], str]:
+    """(path, commit) -> the diff of the part of the file that commit's messy commits made."""
+    ends: dict[tuple[str, int], tuple[str | None, str | None]] = {}
+    for path, commits in parts.items():
+        for number, messy in list(commits.items())[:-1]:
+            blobs = [dict(zip(facts.commits[i].paths, facts.commits[i].blobs, strict=False))
+                     .get(path, (None, None)) for i in messy]
+            ends[(path, number)] = (blobs[0][0], blobs[-1][1])
+    texts = repo.small_blobs([b for pair in ends.values() for b in pair if b], TEXT_LIMIT)
+    out = {}
+    for key, (before, after) in ends.items():
+        old, new = (texts.get(b, b"").decode("utf-8", "replace") if b else "" for b in
+                    (before, after))
+        lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="",
+                                          n=1))[2:]
+        out[key] = "\n".join(lines[:HUNK_LINES]) + \
+            (f"\n… {len(lines) - HUNK_LINES} more line(s)" if len(lines) > HUNK_LINES else "")
+    return out
+
+
 def exact(paths: list[str], groups: list[Group]) -> None:
     """The written `paths` take every changed file exactly once (a name's `?` could match
-    another name): otherwise stop, having written nothing."""
-    coverage = check(paths, [(n, tuple(path_pattern(p) for p in g.paths))
+    another name), but those a commit drafted for the model takes: otherwise stop, having
+    written nothing."""
+    coverage = check(paths, [(n, None if g.model else tuple(path_pattern(p) for p in g.paths))
                              for n, g in enumerate(groups, 1)])
-    if not coverage.complete or coverage.uncovered:
-        odd = list(coverage.twice) + list(coverage.uncovered)
+    theirs = {p for g in groups if g.model for p in g.paths}
+    if not coverage.complete or set(coverage.uncovered) - theirs:
+        odd = list(coverage.twice) + [p for p in coverage.uncovered if p not in theirs]
         raise GitError("these changed files cannot be named exactly in `paths` (their names "
                        "hold characters a pattern cannot): "
                        + ", ".join(sanitize_name(p) for p in odd[:10]),

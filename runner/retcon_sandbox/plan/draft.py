@@ -37,6 +37,7 @@ from retcon_sandbox.plan.facts import Facts
 from retcon_sandbox.plan.kinds import ROLES, role
 from retcon_sandbox.plan.messages import conventional, kind_of_group, message_for
 from retcon_sandbox.plan.order import Derived, derive, order_groups
+from retcon_sandbox.text import sanitize_name
 
 EVIDENCE_LIMIT = 300  # files; above, pairs are too many to score and folders decide
 WINDOW = 3  # units on each side of a join whose files are compared (as TextTiling compares blocks)
@@ -51,6 +52,7 @@ class Group:
     message: str
     hints: str
     kind: str  # code | test | docs
+    model: bool = False  # drafted for a model: hints only, no `paths` (see for_a_model)
 
 
 @dataclass(frozen=True)
@@ -199,17 +201,57 @@ def _role_ranks(groups: list[list[str]], roles: dict[str, str], paths: Sequence[
             for g in groups]
 
 
-def shared_files(t: Timeline, groups: Sequence[Sequence[str]]) -> dict[str, tuple[int, ...]]:
-    """Files whose changes messy commits finishing two or more drafted commits made: path ->
-    those commits (1-based); the file goes whole in its own, the last."""
+def shared_files(t: Timeline, groups: Sequence[Sequence[str]]
+                 ) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Files that messy commits finishing two or more drafted commits changed: path -> each of
+    those commits (1-based) -> the messy commits (indices) that changed the file for it. The
+    file goes whole in the last, its own."""
     home = {p: i for i, g in enumerate(groups) for p in g}
     unit_of = dict(zip(t.unit_commits, t.units, strict=True))
-    out: dict[str, tuple[int, ...]] = {}
+    out: dict[str, dict[int, tuple[int, ...]]] = {}
     for p, commits in t.touched.items():
-        homes = {home[q] for c in commits for q in unit_of.get(c, ())} | {home[p]}
-        if len(homes) > 1:
-            out[p] = tuple(sorted(g + 1 for g in homes if g <= home[p]))
-    return {p: c for p, c in out.items() if len(c) > 1}
+        parts: dict[int, list[int]] = {}
+        for c in commits:
+            for g in {home[q] for q in unit_of.get(c, ())}:
+                if g <= home[p]:
+                    parts.setdefault(g + 1, []).append(c)
+        if len(parts) > 1:
+            out[p] = {g: tuple(sorted(set(c))) for g, c in sorted(parts.items())}
+    return out
+
+
+def shared_by(facts: Facts, groups: Sequence[Sequence[str]]
+              ) -> dict[str, dict[int, tuple[int, ...]]]:
+    """shared_files for any grouping of the branch (the draft's, or a model's), when its
+    history has an order to read; else none."""
+    if len(facts.paths) > EVIDENCE_LIMIT:
+        return {}
+    t = timeline(facts)
+    if len(t.units) < 2 or not ordered_history(facts, t, Scores(structure(facts), facts.paths)):
+        return {}
+    return shared_files(t, groups)
+
+
+def for_a_model(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, ...]]],
+                hunks: dict[tuple[str, int], str]) -> list[Group]:
+    """The groups with each commit that has part of a shared file drafted as a hints commit
+    (no `paths`): its hints name its files, and that file's hunks (`hunks`: (path, commit) ->
+    the diff of that part), for a model to extract; the last commit keeps the file whole."""
+    parts: dict[int, list[str]] = {}
+    for path, commits in shared.items():
+        for number in list(commits)[:-1]:
+            parts.setdefault(number, []).append(path)
+    out = []
+    for number, group in enumerate(groups, 1):
+        if number not in parts:
+            out.append(group)
+            continue
+        extra = " ".join(f"From {sanitize_name(p)}, take only this part of its change (the "
+                         f"rest goes in a later commit):\n{hunks.get((p, number), '')}"
+                         for p in parts[number])
+        out.append(Group(group.paths, group.message, f"{group.hints}\n{extra}", group.kind,
+                         model=True))
+    return out
 
 
 def draft(facts: Facts) -> Draft:
@@ -220,7 +262,8 @@ def draft(facts: Facts) -> Draft:
     index = {p: i for i, p in enumerate(d.paths)}
     ordered = [sorted(g, key=index.__getitem__) for g in ordered if g]
     shared = shared_files(grouping.timeline, ordered) if grouping.timeline else {}
-    return Draft(_messages(facts, d, ordered), grouping.how, shared)
+    return Draft(_messages(facts, d, ordered), grouping.how,
+                 {p: tuple(commits) for p, commits in shared.items()})
 
 
 def _messages(facts: Facts, d: Derived, groups: list[list[str]]) -> list[Group]:
