@@ -70,9 +70,11 @@ def failure(out: str) -> str:
     return f"failed at {where} ({phase[-1].lower() if phase else 'stopped'})"
 
 
-def measure(r: Range, mode: str, mirror: Path, tmp: Path) -> Outcome:
+def measure(r: Range, mode: str, mirror: Path, tmp: Path, tips: dict[str, bool]) -> Outcome:
     repo = build(tmp / f"{r.name.replace('/', '+')}-{mode}", mirror, r, messify(mirror, r, mode))
-    if not tip_passes(repo, r):
+    if r.name not in tips:  # the same tree whatever the mode
+        tips[r.name] = tip_passes(repo, r)
+    if not tips[r.name]:
         return Outcome(r.name, mode, 0, "tip fails: its tests cannot run here")
     planned = run(["plan", "--source", "feature", "--remote", "main", "-o", "spec.toml"], repo)
     if planned.returncode != 0:
@@ -97,11 +99,12 @@ def main() -> None:
               and (not args.only or args.only in r.name)]
     print("| range | mode | commits | outcome |\n|---|---|---:|---|", flush=True)
     outcomes = []
+    tips: dict[str, bool] = {}
     with tempfile.TemporaryDirectory(prefix="retcon-bench-execute-") as tmp:
         for r in ranges:
             mirror = find_mirror(r.repo, roots)
             for mode in args.mode or MODES:
-                o = measure(r, mode, mirror, Path(tmp))
+                o = measure(r, mode, mirror, Path(tmp), tips)
                 outcomes.append(o)
                 print(f"| {o.range} | {o.mode} | {o.commits} | {o.result} |", flush=True)
     runnable = [o for o in outcomes if not o.result.startswith("tip fails")]
