@@ -133,6 +133,23 @@ def test_a_deletion_never_comes_before_the_change_that_stops_using_it() -> None:
         [["core/user.py"], ["core/gone.py"]]
 
 
+def test_an_import_that_was_there_before_orders_nothing_a_new_need_does() -> None:
+    """Modules of one package that import each other (as before) are no cycle to merge; a new
+    import, or a use of a name the other's change defines, is an order to keep."""
+    base = {"pkg/a.py": "from pkg.b import helper\nx = 1\n",
+            "pkg/b.py": "from pkg.a import x\ndef helper():\n    return 1\n"}
+    f = facts({"pkg/a.py": "M", "pkg/b.py": "M", "pkg/c.py": "M"},
+              [("Tune a", ["pkg/a.py"]), ("Tune b", ["pkg/b.py"]), ("Tune c", ["pkg/c.py"])],
+              texts={"pkg/a.py": "from pkg.b import helper\nx = 2\n",
+                     "pkg/b.py": "from pkg.a import x\ndef helper():\n    return 2\n",
+                     "pkg/c.py": "from pkg.a import x\ndef rounded(v):\n    return x\n"},
+              base_texts={**base, "pkg/c.py": "def rounded(v):\n    return v\n"})
+    d = derive(f)
+    assert d.deps["pkg/a.py"] == d.deps["pkg/b.py"] == set()
+    assert d.deps["pkg/c.py"] == {"pkg/a.py"}  # a new import
+    assert len(order_groups([["pkg/a.py"], ["pkg/b.py"], ["pkg/c.py"]], [0.0, 1.0, 2.0], d)) == 3
+
+
 def test_groups_that_need_each_other_are_merged() -> None:
     f = facts({"a.py": "A", "b.py": "A"}, [("a", ["a.py"]), ("b", ["b.py"])],
               texts={"a.py": "import b\n", "b.py": "import a\n"})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import heapq
 import posixpath
+import re
+from collections import Counter
 from dataclasses import dataclass
 
 from retcon_sandbox.plan.facts import Facts
@@ -23,8 +25,8 @@ class Derived:
 
 
 def derive(facts: Facts) -> Derived:
-    """What orders the commits: imports at the source (and a test's module by name), and the
-    importers of each deleted file at the base."""
+    """What orders the commits: what each file starts to need at the source (and a test's
+    module by name, and its fixtures), and the importers of each deleted file at the base."""
     paths = facts.paths
     changed = set(paths)
     status = {c.path: c.status for c in facts.changes}
@@ -36,17 +38,45 @@ def derive(facts: Facts) -> Derived:
         if kinds[p] == "code":
             named.setdefault(name_key(p), set()).add(p)
     fixtures = {p for p in present if p.rsplit("/", 1)[-1] == "conftest.py"}
-    deps = {p: (imports(p, facts.texts[p], facts.source_files) & present if p in facts.texts
-                else set()) | (_tested(p, named, fixtures) if kinds[p] == "test" else set())
-            for p in paths}
     base_tree = frozenset(facts.source_files | deleted)
+    defined = {p: _defines(facts.base_texts.get(p), facts.texts.get(p)) for p in present}
+    deps = {p: _needs(p, facts, present, base_tree, status, defined) |
+            (_tested(p, named, fixtures) if kinds[p] == "test" else set()) for p in paths}
     stops: dict[str, set[str]] = {d: set() for d in deleted}
     for p, text in facts.base_texts.items():
         if p in changed:
             for d in imports(p, text, base_tree) & deleted:
-                if d not in deps.get(p, ()):
-                    stops[d].add(p)
+                stops[d].add(p)
     return Derived(paths, status, kinds, deps, stops)
+
+
+_DEFINITION = re.compile(r"^\s*(?:pub(?:\([\w\s]*\))?\s+|export\s+(?:default\s+)?|async\s+)*"
+                         r"(?:def|class|fn|struct|enum|trait|type|const|static|let|var|"
+                         r"function|interface|mod)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]",
+                         re.MULTILINE)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _defines(old: str | None, new: str | None) -> frozenset[str]:
+    """The names a change defines: on the lines it adds, `def x`, `class X`, `fn x`, `x =`."""
+    added = "\n".join((Counter((new or "").splitlines()) -
+                       Counter((old or "").splitlines())).elements())
+    return frozenset(a or b for a, b in _DEFINITION.findall(added))
+
+
+def _needs(p: str, facts: Facts, present: set[str], base_tree: frozenset[str],
+           status: dict[str, str], defined: dict[str, frozenset[str]]) -> set[str]:
+    """The changed files `p` imports at the source that it needs changed first: a new file, a
+    new import, or a module whose change defines a name `p`'s change uses. An import that was
+    there before, of a module `p` uses as before, orders nothing (else cycles in a package
+    would merge its commits)."""
+    if p not in facts.texts:
+        return set()
+    imported = imports(p, facts.texts[p], facts.source_files) & present
+    before = imports(p, facts.base_texts[p], base_tree) if p in facts.base_texts else set()
+    used = set(_WORD.findall("\n".join((Counter(facts.texts[p].splitlines()) - Counter(
+        facts.base_texts.get(p, "").splitlines())).elements())))
+    return {q for q in imported if status[q] == "A" or q not in before or defined[q] & used}
 
 
 def _tested(test: str, named: dict[str, set[str]], fixtures: set[str]) -> set[str]:
