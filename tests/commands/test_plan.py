@@ -328,9 +328,42 @@ def test_a_file_two_commits_change_is_said_and_goes_whole_in_the_last(tmp_path: 
     home = {p: i + 1 for i, c in enumerate(doc["commit"]) for p in c["paths"]}
     first, last = home["src/a.py"], home["src/b.py"]
     assert first < last == home["CHANGES.md"]
-    assert (f"Shared: CHANGES.md is changed by the work of #{first} and #{last}; it goes whole "
-            f"in #{last} (with a model, #{first} would take its part)") in result.out
+    assert (f"Shared: CHANGES.md is changed by the work of #{first} and #{last}: it goes whole "
+            f"in #{last}; #{first} takes it as its messy commits left it") in result.out
+    first_messy = git(root, "rev-list", "--reverse", "main..feature").split()[0]
+    assert doc["commit"][first - 1]["versions"] == {"CHANGES.md": first_messy}
     events = [json.loads(line) for line in cli("plan", "--source", "feature", "--json",
                                                  cwd=root).out.splitlines()]
     assert {"event": "plan_shared", "path": "CHANGES.md", "commits": [first, last]}.items() \
         <= next(e for e in events if e["event"] == "plan_shared").items()
+
+
+@pytest.mark.slow
+def test_a_shared_file_is_taken_as_the_earlier_work_left_it_then_whole(tmp_path: Path) -> None:
+    """plan, then execute with no model: the earlier commit builds with the change log as its
+    own work left it, the later takes it whole, and nothing is flagged as invented."""
+    root = shared_change_log(tmp_path / "r")
+    assert cli("plan", "--source", "feature", "-o", "spec.toml", cwd=root).code == 0
+    result = cli("execute", "spec.toml", "--sandbox", "local", "--non-interactive", cwd=root)
+    assert result.code == 0, result.out + result.err
+    assert "Tree check: cleaned == source ✓" in result.out and "⚠" not in result.out
+    made = git(root, "rev-list", "--reverse", "main..feature-clean").split()
+    logs = [git(root, "show", f"{sha}:CHANGES.md") for sha in made]
+    assert "- faster a" in logs[0] and "streaming b" not in logs[0]
+    assert "streaming b" in logs[-1]
+
+
+def test_a_version_from_outside_the_source_branch_is_refused_before_anything(tmp_path: Path
+                                                                            ) -> None:
+    root = shared_change_log(tmp_path / "r")
+    assert cli("plan", "--source", "feature", "-o", "spec.toml", cwd=root).code == 0
+    spec = root / "spec.toml"
+    base = git(root, "rev-parse", "main")
+    text = spec.read_text(encoding="utf-8")
+    first_messy = git(root, "rev-list", "--reverse", "main..feature").split()[0]
+    spec.write_text(text.replace(first_messy, base), encoding="utf-8")
+    result = cli("execute", "spec.toml", "--sandbox", "local", "--non-interactive", cwd=root)
+    assert result.code != 0
+    assert f"{base[:12]} is not a commit of feature since its merge-base with main" in result.err
+    assert git(root, "branch", "--list", "feature-clean") == ""
+    assert spec.read_text(encoding="utf-8") == text.replace(first_messy, base)

@@ -116,6 +116,6 @@ def test_with_a_model_a_shared_file_makes_a_hints_commit_naming_its_part(
     assert "src/a.py" in hints and "From CHANGES.md, take only this part" in hints
     assert "+- faster a" in hints and "streaming b" not in hints
     assert any("CHANGES.md" in c.get("paths", ()) for c in doc["commit"])
-    assert "drafted for the model, with its part" in result.out
+    assert "is drafted for the model, which takes their part" in result.out
     checked = cli("plan", "--check", "spec.toml", cwd=repo)
     assert checked.code == 0, checked.out

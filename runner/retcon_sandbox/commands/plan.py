@@ -32,7 +32,14 @@ from retcon_sandbox.commands.options import (
 from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, UsageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
-from retcon_sandbox.plan.draft import EVIDENCE_LIMIT, Group, draft, for_a_model, shared_by
+from retcon_sandbox.plan.draft import (
+    EVIDENCE_LIMIT,
+    Group,
+    draft,
+    for_a_model,
+    shared_by,
+    with_versions,
+)
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
 from retcon_sandbox.plan.order import derive
 from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
@@ -165,8 +172,8 @@ def read_facts(target: Target) -> Facts:
         refuse_dotgit(path)
     changes = tuple(Change(path, status, old, new) for path, status, old, new in entries)
     commits = tuple(MessyCommit(subject, tuple(p for p, *_ in entries),
-                                tuple((old, new) for _, _, old, new in entries))
-                    for subject, entries in repo.commit_changes(target.source, target.base))
+                                tuple((old, new) for _, _, old, new in entries), sha)
+                    for sha, subject, entries in repo.commit_changes(target.source, target.base))
     code_only = len(changes) > EVIDENCE_LIMIT  # folders decide: only imports are read
     readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
     texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
@@ -267,21 +274,26 @@ HUNK_LINES = 40  # of one part of a shared file, in a hints commit
 
 def shared(repo: Repo, facts: Facts, groups: list[Group], model: bool, reporter: Reporter,
            out: TextIO | None) -> list[Group]:
-    """Files that two or more commits' work changed: said; with a model, each earlier commit
-    becomes a hints commit that names its part of the file (the last keeps the file whole)."""
+    """Files that two or more commits' work changed: said. Each earlier commit takes the file
+    as its messy commits left it (`versions`), or with a model becomes a hints commit naming its
+    part of the file; the last keeps the file whole."""
     parts = shared_by(facts, [g.paths for g in groups])
     for path, commits in parts.items():
         numbers = list(commits)
         reporter.emit("plan_shared", path=path, commits=numbers)
         if out is not None:
-            others = ", #".join(map(str, numbers[:-1]))
-            print(sanitize(f"  Shared: {sanitize_name(path)} is changed by the work of #"
-                           f"{others} and #{numbers[-1]}; it goes whole in #{numbers[-1]}"
-                           + (f" (#{others} drafted for the model, with its part)" if model
-                              else " (with a model, #" + others + " would take its part)")),
+            others = "#" + ", #".join(map(str, numbers[:-1]))
+            one = len(numbers) == 2
+            print(sanitize(f"  Shared: {sanitize_name(path)} is changed by the work of {others} "
+                           f"and #{numbers[-1]}: it goes whole in #{numbers[-1]}; " +
+                           (f"{others} {'is' if one else 'are'} drafted for the model, which "
+                            "takes their part" if model else f"{others} take{'s' if one else ''}"
+                            f" it as {'its' if one else 'their'} messy commits left it")),
                   file=out)
-    if not model or not parts:
+    if not parts:
         return groups
+    if not model:
+        return with_versions(groups, parts, facts)
     return for_a_model(groups, parts, hunks(repo, facts, parts))
 
 

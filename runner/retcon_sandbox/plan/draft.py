@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from retcon_sandbox.paths import control_character, not_unicode
 from retcon_sandbox.plan import weights
 from retcon_sandbox.plan.cluster import by_folders, cut, link
 from retcon_sandbox.plan.evidence import (
@@ -53,6 +54,7 @@ class Group:
     hints: str
     kind: str  # code | test | docs
     model: bool = False  # drafted for a model: hints only, no `paths` (see for_a_model)
+    versions: tuple[tuple[str, str], ...] = ()  # files taken as a messy commit had them
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,23 @@ def shared_by(facts: Facts, groups: Sequence[Sequence[str]]
     if len(t.units) < 2 or not ordered_history(facts, t, Scores(structure(facts), facts.paths)):
         return {}
     return shared_files(t, groups)
+
+
+def with_versions(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, ...]]],
+                  facts: Facts) -> list[Group]:
+    """The groups with each commit that has part of a shared file taking that file as the
+    last messy commit of its part left it (`versions`), so that its build and tests see the
+    work so far, as the messy branch did; the last commit takes the file whole."""
+    taken: dict[int, list[tuple[str, str]]] = {}
+    for path, commits in shared.items():
+        if control_character(path) or not_unicode(path, names=True):
+            continue  # a `versions` key names a file exactly
+        for number, messy in list(commits.items())[:-1]:
+            sha = facts.commits[max(messy)].sha
+            if sha:
+                taken.setdefault(number, []).append((path, sha))
+    return [replace(g, versions=tuple(taken[n])) if n in taken else g
+            for n, g in enumerate(groups, 1)]
 
 
 def for_a_model(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, ...]]],

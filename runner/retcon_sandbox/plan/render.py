@@ -103,5 +103,8 @@ def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
         if not group.model:  # a model extracts a hints commit: no `paths`
             lines.append("paths = [" + ", ".join(basic_string(path_pattern(p))
                                                  for p in group.paths) + "]")
+        if group.versions:  # its part of files a later commit takes whole
+            lines.append("versions = { " + ", ".join(f"{basic_string(p)} = {basic_string(c)}"
+                                                     for p, c in group.versions) + " }")
         lines.append("history = []")
     return "\n".join(lines) + "\n"

@@ -787,8 +787,8 @@ class Repo:
         return found
 
     def commit_changes(self, tip: str, base: str
-                       ) -> list[tuple[str, list[tuple[str, str, str | None, str | None]]]]:
-        """(subject, diff_entries against its first parent) of each commit in base..tip,
+                       ) -> list[tuple[str, str, list[tuple[str, str, str | None, str | None]]]]:
+        """(id, subject, diff_entries against its first parent) of each commit in base..tip,
         oldest first: two git calls, however many commits."""
         out = self._git("log", "--reverse", "-z", "--format=%H %P%x01%s", "--end-of-options",
                         f"{base}..{tip}", strip=False)
@@ -813,7 +813,7 @@ class Repo:
             if field:
                 current = entries.setdefault(field, [])
             i += 1
-        return [(subject, entries.get(ids[0], [])) for ids, subject in commits]
+        return [(ids[0], subject, entries.get(ids[0], [])) for ids, subject in commits]
 
     def touched_paths(self, commit: str) -> list[str]:
         """The paths a commit changed against its first parent (none for a merge's other
