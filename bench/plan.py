@@ -12,7 +12,8 @@ commit), order agreement (of the pairs of files both put in different commits, t
 in the gold order), commits against gold, and exact coverage (every changed file in exactly
 one commit). The baselines: one commit per top-level folder, one per folder, one per messy
 commit (each file in the last one that touched it); a baseline's commits are ordered by when
-the messy branch last touched them. Nothing is asserted: these are figures to read.
+the messy branch last touched them. `before` is the draft of 0.3.0 (commit 6cabb74) on the same
+branches, kept in plan_before.json. Nothing is asserted: these are figures to read.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from retcon_sandbox.plan.facts import Facts
 from retcon_sandbox.plan.score import labels, score
 
 Plan = list[list[str]]
+BEFORE = Path(__file__).with_name("plan_before.json")  # the draft of 0.3.0 on these ranges
 
 
 @dataclass(frozen=True)
@@ -143,18 +145,21 @@ def show(rows: list[Row]) -> None:
               + " |")
 
 
-def summary(rows: list[Row]) -> None:
-    print("\n| mode | ranges | plan ARI | F1 | precision | recall | order | commits/gold | "
-          "exact | worse than top folder −0.05 | top folder ARI (F1) | folder ARI | "
-          "messy commit ARI | seconds (max) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def summary(rows: list[Row], before: dict[str, dict[str, float]]) -> None:
+    print("\n| mode | ranges | plan ARI | before | F1 | precision | recall | order | before | "
+          "commits/gold | exact | worse than top folder −0.05 | top folder ARI (F1) | "
+          "folder ARI | messy commit ARI | seconds (max) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode in dict.fromkeys(r.mode for r in rows):
         sel = [r for r in rows if r.mode == mode]
         p = [r.plan for r in sel]
         worse = sum(r.plan.ari < r.base["top folder"].ari - 0.05 for r in sel)
-        print(f"| {mode} | {len(sel)} | {mean(x.ari for x in p):.3f} | "
+        old = [before[k] for r in sel if (k := f"{r.range} {r.mode}") in before]
+        was = (f"{mean(x['ari'] for x in old):.3f}", f"{mean(x['order'] for x in old):.3f}") \
+            if len(old) == len(sel) else ("", "")
+        print(f"| {mode} | {len(sel)} | {mean(x.ari for x in p):.3f} | {was[0]} | "
               f"{mean(x.f1 for x in p):.3f} | {mean(x.precision for x in p):.2f} | "
-              f"{mean(x.recall for x in p):.2f} | {mean(x.order for x in p):.3f} | "
+              f"{mean(x.recall for x in p):.2f} | {mean(x.order for x in p):.3f} | {was[1]} | "
               f"{mean(x.commits / x.gold for x in p):.2f} | {sum(x.exact for x in p)}/"
               f"{len(p)} | {worse} | {mean(r.base['top folder'].ari for r in sel):.3f} "
               f"({mean(r.base['top folder'].f1 for r in sel):.2f}) | "
@@ -185,7 +190,8 @@ def main() -> None:
                 rows.append(measure(r, mode, mirror, Path(tmp)))
     if not args.quiet:
         show(rows)
-    summary(rows)
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
+    summary(rows, before)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
 

@@ -14,6 +14,7 @@ Slow (real builds and tests): minutes per range. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -23,7 +24,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from realhistory import MODES, Range, build, find_mirror, load_ranges, messify, mirror_roots
+from realhistory import (
+    MODES,
+    Range,
+    build,
+    find_mirror,
+    gold,
+    load_ranges,
+    messify,
+    mirror_roots,
+    real_steps,
+)
 
 CLI = [sys.executable, "-m", "retcon_sandbox"]
 
@@ -36,7 +47,12 @@ class Outcome:
     result: str  # complete | failed at #k (phase) | tip fails | plan failed
 
 
+ALLOWED: list[str] = []  # --setup-allow-address for verify and execute (--allow)
+
+
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    if args[0] in ("verify", "execute"):
+        args = [*args, *(f"--setup-allow-address={a}" for a in ALLOWED)]
     return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, check=False,
                           stdin=subprocess.DEVNULL)
 
@@ -70,17 +86,33 @@ def failure(out: str) -> str:
     return f"failed at {where} ({phase[-1].lower() if phase else 'stopped'})"
 
 
-def measure(r: Range, mode: str, mirror: Path, tmp: Path, tips: dict[str, bool]) -> Outcome:
+def gold_spec(r: Range, mirror: Path, repo: Path) -> str:
+    """The spec of the gold plan: each changed file in the last real commit that touched it."""
+    listed = subprocess.run(["git", "-C", str(repo), "diff", "--no-renames", "-z", "--name-only",
+                             "main", "feature"], capture_output=True, text=True, check=True)
+    groups = gold(real_steps(mirror, r), [p for p in listed.stdout.split("\0") if p])
+    commits = "".join(f'\n[[commit]]\nmessage = "gold {i}"\npaths = {json.dumps(g)}\n'
+                      f"history = []\n" for i, g in enumerate(groups, 1))
+    return ('source = "feature"\nremote = "main"\ncleaned = "feature-clean"\n\n'
+            + sandbox_section(r) + commits)
+
+
+def measure(r: Range, mode: str, mirror: Path, tmp: Path, tips: dict[str, bool],
+            use_gold: bool) -> Outcome:
     repo = build(tmp / f"{r.name.replace('/', '+')}-{mode}", mirror, r, messify(mirror, r, mode))
     if r.name not in tips:  # the same tree whatever the mode
         tips[r.name] = tip_passes(repo, r)
     if not tips[r.name]:
         return Outcome(r.name, mode, 0, "tip fails: its tests cannot run here")
-    planned = run(["plan", "--source", "feature", "--remote", "main", "-o", "spec.toml"], repo)
-    if planned.returncode != 0:
-        return Outcome(r.name, mode, 0, f"plan failed: {planned.stderr.strip()[:200]}")
     spec = repo / "spec.toml"
-    spec.write_text(with_commands(spec.read_text(), r))
+    if use_gold:
+        spec.write_text(gold_spec(r, mirror, repo))
+    else:
+        planned = run(["plan", "--source", "feature", "--remote", "main", "-o", "spec.toml"],
+                      repo)
+        if planned.returncode != 0:
+            return Outcome(r.name, mode, 0, f"plan failed: {planned.stderr.strip()[:200]}")
+        spec.write_text(with_commands(spec.read_text(), r))
     commits = spec.read_text().count("[[commit]]")
     done = run(["execute", "spec.toml", "--non-interactive"], repo)
     if done.returncode == 0 and "Tree check: cleaned == source ✓" in done.stdout:
@@ -93,7 +125,13 @@ def main() -> None:
     parser.add_argument("--mirrors")
     parser.add_argument("--mode", choices=MODES, action="append")
     parser.add_argument("--only")
+    parser.add_argument("--allow", action="append", default=[], metavar="ADDR",
+                        help="--setup-allow-address for setup (a network whose resolver "
+                        "answers with a reserved address, as a TLS-intercepting one may)")
+    parser.add_argument("--gold", action="store_true",
+                        help="execute the gold plan instead of plan's draft (one mode is enough)")
     args = parser.parse_args()
+    ALLOWED[:] = args.allow
     roots = mirror_roots(args.mirrors)
     ranges = [r for r in load_ranges() if r.language == "python" and r.test
               and (not args.only or args.only in r.name)]
@@ -104,7 +142,7 @@ def main() -> None:
         for r in ranges:
             mirror = find_mirror(r.repo, roots)
             for mode in args.mode or MODES:
-                o = measure(r, mode, mirror, Path(tmp), tips)
+                o = measure(r, mode, mirror, Path(tmp), tips, args.gold)
                 outcomes.append(o)
                 print(f"| {o.range} | {o.mode} | {o.commits} | {o.result} |", flush=True)
     runnable = [o for o in outcomes if not o.result.startswith("tip fails")]
