@@ -299,10 +299,21 @@ def build(workdir: Path, mirror: Path, r: Range, messy: Messy) -> Path:
     subprocess.run(["git", f"--git-dir={gitdir}", "fast-import", "--quiet"], input=bytes(stream),
                    check=True)
     git(gitdir, "update-ref", "refs/heads/main", r.base)
+    _tags(mirror, gitdir, r.base)
     source_tree = git(gitdir, "rev-parse", "feature^{tree}").strip()
     if source_tree != git(gitdir, "rev-parse", f"{r.tip}^{{tree}}").strip():
         raise SystemExit(f"{r.name}: the messy branch does not end at the range's tree")
     return workdir
+
+
+def _tags(mirror: Path, gitdir: Path, base: str) -> None:
+    """The project's tags on the base's history, as a clone has them (a version read from git,
+    setuptools-scm or hatch-vcs, needs them)."""
+    listed = git(mirror, "for-each-ref", "--format=%(refname) %(objectname)",
+                 f"--merged={base}", "refs/tags/")
+    updates = "".join(f"create {line}\n" for line in listed.splitlines() if line)
+    if updates:
+        git(gitdir, "update-ref", "--stdin", data=updates.encode())
 
 
 def _quote(path: str) -> bytes:
