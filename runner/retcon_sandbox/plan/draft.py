@@ -8,11 +8,13 @@ How files are grouped (plan/evidence.py reads the evidence, plan/weights.py weig
   the next continues the same work: related files, a `wip` subject, no gap.
 - Otherwise (files dealt out at random), files are linked by structure alone: folders, roles,
   names, imports, and the identifiers and lines their changes share.
-- A branch of more than EVIDENCE_LIMIT files is grouped by role and folder.
-- A file that several pieces of work changed goes whole in the last of them; the draft says
-  which commits share it (a model can split it: see `plan --model`).
-Order: by time (or by role when the history has none), then every import is honoured and a
-test comes after the module it is named for (plan/order.py). Messages: plan/messages.py.
+- A branch of n files makes between √n / SPREAD and √n · SPREAD commits; past
+  EVIDENCE_LIMIT files it is grouped by role and folder.
+- A file that several pieces of work changed goes whole in the last of them; each earlier
+  one takes it as its messy commits left it (`with_versions`), or with a model is drafted as a
+  hints commit naming its part (`for_a_model`).
+Order: by time (or by role when the history has none), then what each file starts to need
+comes first (plan/order.py). Messages: plan/messages.py.
 """
 
 from __future__ import annotations
