@@ -98,3 +98,24 @@ def test_a_proposal_that_places_nothing_is_refused_and_the_draft_written(
     text = (repo / "spec.toml").read_text()
     assert "the model's proposal was refused" in text
     assert cli("plan", "--check", "spec.toml", cwd=repo).code == 0
+
+
+def test_with_a_model_a_shared_file_makes_a_hints_commit_naming_its_part(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    from tests.commands.test_plan import shared_change_log
+
+    repo = shared_change_log(tmp_path / "r")
+    with FakeOpenAI([[call("finish_plan")]]) as model:  # proposes nothing: the draft is kept
+        result = cli("plan", "--source", "feature", "-o", "spec.toml", cwd=repo,
+                     env=llm_env(model.base_url))
+    assert result.code == 0, result.out + result.err
+    doc = tomllib.loads((repo / "spec.toml").read_text(encoding="utf-8"))
+    for_model = [c for c in doc["commit"] if "paths" not in c]
+    assert len(for_model) == 1
+    hints = for_model[0]["hints"]
+    assert "src/a.py" in hints and "From CHANGES.md, take only this part" in hints
+    assert "+- faster a" in hints and "streaming b" not in hints
+    assert any("CHANGES.md" in c.get("paths", ()) for c in doc["commit"])
+    assert "is drafted for the model, which takes their part" in result.out
+    checked = cli("plan", "--check", "spec.toml", cwd=repo)
+    assert checked.code == 0, checked.out

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from retcon_sandbox.plan.coverage import Proposed, check, repair
-from retcon_sandbox.plan.draft import Group, derive
+from retcon_sandbox.plan.draft import Group
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
+from retcon_sandbox.plan.order import derive
 
 PATHS = ["src/a.py", "src/b.py", "docs/x.md", "README.md"]
 

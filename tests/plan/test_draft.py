@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from retcon_sandbox.plan.draft import conventional, derive, draft, group_files, order_groups
+import random
+
+from retcon_sandbox.plan.draft import (
+    EVIDENCE_LIMIT,
+    Scores,
+    draft,
+    group_files,
+    ordered_history,
+)
+from retcon_sandbox.plan.evidence import FEATURES, features, structure, timeline
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
+from retcon_sandbox.plan.messages import conventional
+from retcon_sandbox.plan.order import derive, order_groups
 
 
 def facts(changes: dict[str, str], commits: list[tuple[str, list[str]]],
@@ -17,149 +28,86 @@ def facts(changes: dict[str, str], commits: list[tuple[str, list[str]]],
                  base_texts or {}, log)
 
 
-def test_files_changed_together_are_one_group_and_a_sweeping_commit_says_nothing() -> None:
+def groups_of(f: Facts) -> list[list[str]]:
+    return [list(g.paths) for g in draft(f).groups]
+
+
+# --- the timeline ------------------------------------------------------------------------------
+
+
+def test_a_sweeping_commit_and_a_formatter_run_do_not_count_a_fixup_counts_as_its_target() -> None:
     changes = {f"pkg/m{i}.py": "M" for i in range(8)}
-    commits = [("one", ["pkg/m0.py", "pkg/m1.py"]), ("two", ["pkg/m2.py", "pkg/m3.py"]),
-               ("reformat everything", list(changes)), ("one again", ["pkg/m0.py", "pkg/m1.py"])]
-    groups = group_files(facts(changes, commits))
-    assert ["pkg/m0.py", "pkg/m1.py"] in groups
-    assert ["pkg/m2.py", "pkg/m3.py"] in groups
-    # the files only the sweep touched have no evidence: lone files of one directory, together
-    assert ["pkg/m4.py", "pkg/m5.py", "pkg/m6.py", "pkg/m7.py"] in groups
+    f = facts(changes, [("add parsing", ["pkg/m0.py", "pkg/m1.py"]),
+                        ("add output", ["pkg/m2.py", "pkg/m3.py"]),
+                        ("reformat everything", list(changes)),
+                        ("run black", ["pkg/m4.py", "pkg/m5.py", "pkg/m6.py"]),
+                        ("fixup! add parsing", ["pkg/m0.py", "pkg/m7.py"])])
+    t = timeline(f)
+    assert t.last["pkg/m0.py"] == 0 and t.last["pkg/m7.py"] == 0  # the fixup is commit 0's
+    assert t.last["pkg/m2.py"] == 1
+    assert t.last["pkg/m4.py"] == 2  # only sweeps touched it: done at the first
+    assert t.units[:2] == [["pkg/m0.py", "pkg/m1.py", "pkg/m7.py"], ["pkg/m2.py", "pkg/m3.py"]]
+    assert t.revisited == 0  # m0's fixup is its own commit again
 
 
-def test_a_test_changed_apart_from_its_code_comes_right_after_it() -> None:
-    f = facts({"app/a.py": "A", "app/b.py": "A", "tests/test_a.py": "A"},
-              [("tests first", ["tests/test_a.py"]), ("b", ["app/b.py"]), ("a", ["app/a.py"])],
-              texts={"tests/test_a.py": "from app.a import thing\n", "app/a.py": "x = 1\n",
-                     "app/b.py": "y = 2\n"})
-    groups = group_files(f)
-    assert groups.index(["tests/test_a.py"]) == groups.index(["app/a.py"]) + 1
+def test_files_finished_together_stay_together_and_a_wip_continues_the_work() -> None:
+    f = facts({"shop/cart.py": "M", "shop/tax.py": "A", "tests/test_tax.py": "A",
+               "docs/usage.md": "M", ".github/workflows/ci.yml": "M"},
+              [("add tax rules", ["shop/tax.py", "shop/cart.py"]),
+               ("wip", ["tests/test_tax.py", "shop/tax.py"]),
+               ("Document the usage of the shop", ["docs/usage.md"]),
+               ("Test on Python 3.13 in CI", [".github/workflows/ci.yml"])],
+              texts={"tests/test_tax.py": "from shop.tax import rate\n"})
+    t = timeline(f)
+    assert t.revisited == 1
+    groups = groups_of(f)
+    assert ["shop/cart.py", "shop/tax.py", "tests/test_tax.py"] in groups
+    assert groups[-1] == [".github/workflows/ci.yml"]
 
 
-def test_a_test_changed_with_code_goes_with_it() -> None:
-    f = facts({"app/a.py": "A", "tests/test_a.py": "A", "app/b.py": "A"},
-              [("a", ["app/a.py"]), ("b", ["app/b.py"]), ("fix", ["app/a.py", "tests/test_a.py"])],
-              texts={"tests/test_a.py": "import app.a\n"})
-    assert ["app/a.py", "tests/test_a.py"] in group_files(f)
+def test_files_dealt_out_at_random_are_grouped_by_structure() -> None:
+    """No file changed twice, no subject that says anything, and the files committed together
+    unrelated: the deal is ignored, and files go with their own kind."""
+    changes = {".github/workflows/test.yml": "M", "docs/usage.md": "M", "src/app/cart.py": "M",
+               ".github/workflows/lint.yml": "M", "docs/install.md": "M", "src/app/tax.py": "M"}
+    f = facts(changes, [("wip", [".github/workflows/test.yml", "docs/usage.md"]),
+                        ("more", ["src/app/cart.py", ".github/workflows/lint.yml"]),
+                        ("stuff", ["docs/install.md", "src/app/tax.py"])])
+    t = timeline(f)
+    assert t.revisited == 0
+    assert not ordered_history(f, t, Scores(structure(f), f.paths))
+    grouping = group_files(f)
+    assert "structure" in grouping.how
+    assert all(len({p.split("/")[0] for p in g}) == 1 for g in grouping.groups)  # never mixed
+    assert ["docs/install.md", "docs/usage.md"] in map(sorted, grouping.groups)
+    assert ["src/app/cart.py", "src/app/tax.py"] in map(sorted, grouping.groups)
 
 
-def test_a_rename_is_one_group_and_comes_with_the_code_that_follows_it() -> None:
-    f = facts({"lib/old.py": "D", "lib/new.py": "A", "lib/user.py": "M", "lib/other.py": "A"},
-              [("rename", ["lib/old.py", "lib/new.py"]), ("other", ["lib/other.py"]),
-               ("use it", ["lib/user.py"])],
-              texts={"lib/user.py": "from lib.new import f\n"},
-              base_texts={"lib/user.py": "from lib.old import f\n"},
-              blobs={"lib/old.py": ("b1", None), "lib/new.py": (None, "b1")})
-    groups = group_files(f)
-    together = next(g for g in groups if "lib/old.py" in g)
-    assert {"lib/old.py", "lib/new.py", "lib/user.py"} <= set(together)
+def test_a_module_and_its_test_share_a_name_an_import_and_identifiers() -> None:
+    f = facts({"src/alpha.py": "M", "tests/test_alpha.py": "M", "docs/beta.md": "M"},
+              [("wip", ["src/alpha.py", "tests/test_alpha.py", "docs/beta.md"])],
+              texts={"src/alpha.py": "def alpha_rounding(x):\n    return round(x, 2)\n",
+                     "tests/test_alpha.py": "from src.alpha import alpha_rounding\n"
+                                            "assert alpha_rounding(1) == 1\n",
+                     "docs/beta.md": "Beta parses lists.\n"})
+    s = structure(f)
+    named = dict(zip(FEATURES, features(s, "src/alpha.py", "tests/test_alpha.py"), strict=True))
+    other = dict(zip(FEATURES, features(s, "src/alpha.py", "docs/beta.md"), strict=True))
+    assert named["same name"] == named["import"] == 1.0 and named["code and test"] == 1.0
+    assert named["shared identifiers"] > 0.5 and other["shared identifiers"] == 0.0
 
 
-def test_a_deletion_never_comes_before_the_change_that_stops_using_it() -> None:
-    f = facts({"core/gone.py": "D", "core/user.py": "M"},
-              [("delete", ["core/gone.py"]), ("x", ["core/user.py"]),
-               ("y", ["core/user.py", "core/x"])],
-              texts={"core/user.py": "import os\n"},
-              base_texts={"core/user.py": "from core.gone import helper\n"})
-    d = derive(f)
-    assert d.stops["core/gone.py"] == {"core/user.py"}
-    ordered = order_groups([["core/gone.py"], ["core/user.py"]], [0.0, 1.0], d)
-    assert ordered == [["core/user.py"], ["core/gone.py"]]
-
-
-def test_groups_that_need_each_other_are_merged() -> None:
-    f = facts({"a.py": "A", "b.py": "A"}, [("a", ["a.py"]), ("b", ["b.py"])],
-              texts={"a.py": "import b\n", "b.py": "import a\n"})
-    d = derive(f)
-    assert order_groups([["a.py"], ["b.py"]], [0.0, 1.0], d) == [["a.py", "b.py"]]
-
-
-def test_code_comes_after_the_changed_code_it_imports_whatever_the_messy_order() -> None:
-    f = facts({"app/user.py": "A", "app/base.py": "A"},
-              [("user first", ["app/user.py"]), ("base later", ["app/base.py"])],
-              texts={"app/user.py": "from app.base import B\n"})
-    assert group_files(f) == [["app/base.py"], ["app/user.py"]]
-
-
-def test_a_manifest_joins_the_code_it_changed_with_else_comes_first() -> None:
-    f = facts({"pyproject.toml": "M", "src/x.py": "A", "src/y.py": "A", "setup.cfg": "M"},
-              [("x", ["src/x.py"]), ("y and deps", ["src/y.py", "pyproject.toml"]),
-               ("cfg", ["setup.cfg"])])
-    groups = group_files(f)
-    assert ["pyproject.toml", "src/y.py"] in groups
-    assert groups[0] == ["setup.cfg"]
-
-
-def test_docs_changed_only_with_one_groups_code_join_it_the_rest_come_last() -> None:
-    f = facts({"api/x.py": "A", "api/y.py": "A", "docs/x.md": "A", "README.md": "M"},
-              [("x with its docs", ["api/x.py", "docs/x.md"]), ("y", ["api/y.py"]),
-               ("readme", ["README.md"])])
-    groups = group_files(f)
-    assert ["api/x.py", "docs/x.md"] in groups
-    assert groups[-1] == ["README.md"]
-
-
-def test_every_file_is_in_exactly_one_group() -> None:
-    changes = {"a/x.py": "A", "a/y.py": "M", "b/z.rs": "D", "tests/test_x.py": "A",
-               "docs/d.md": "A", "Cargo.toml": "M", "weird name.txt": "A"}
-    commits = [("one", ["a/x.py", "b/z.rs"]), ("two", ["tests/test_x.py", "docs/d.md"]),
-               ("three", ["Cargo.toml", "weird name.txt", "a/y.py"])]
-    placed = [p for g in group_files(facts(changes, commits)) for p in g]
-    assert sorted(placed) == sorted(changes)
-
-
-def test_messages_come_from_a_describing_messy_commit_never_from_noise() -> None:
-    f = facts({"shop/discounts.py": "A"},
-              [("WIP discounts", ["shop/discounts.py"]), ("fix build", ["shop/discounts.py"]),
-               ("more discount stuff", ["shop/discounts.py"])])
-    assert [g.message for g in draft(f)] == ["Add shop/discounts.py"]
-    f2 = facts({"shop/discounts.py": "A"},
-               [("wip", ["shop/discounts.py"]), ("add discount codes", ["shop/discounts.py"])])
-    assert [g.message for g in draft(f2)] == ["Add discount codes"]
-
-
-def test_conventional_commits_when_the_log_uses_them() -> None:
-    log = ("feat: cart", "fix(cart): rounding", "docs: readme", "Merge stuff")
-    assert conventional(log)
-    assert not conventional(("Add cart", "Fix rounding", "docs: readme"))
-    f = facts({"src/a.py": "A", "tests/test_a.py": "A", "README.md": "M"},
-              [("a", ["src/a.py"]), ("t", ["tests/test_a.py"]), ("r", ["README.md"])],
-              texts={"tests/test_a.py": "from src.a import x\n"}, log=log)
-    messages = [g.message for g in draft(f)]
-    assert messages == ["feat: add src/a.py", "test: add tests for src/a.py",
-                        "docs: update README.md"]
-
-
-def test_a_large_tangled_branch_is_planned_whole() -> None:
-    import random
-
-    rng = random.Random(1)
-    files = [f"pkg{i % 20}/mod{i}.py" for i in range(800)] + \
-        [f"tests/test_mod{i}.py" for i in range(200)] + [f"docs/d{i}.md" for i in range(50)]
-    texts = {f"tests/test_mod{i}.py": f"from pkg{i % 20}.mod{i} import x\n" for i in range(200)}
-    texts |= {f"pkg{i % 20}/mod{i}.py": f"from pkg{(i + 1) % 20}.mod{i + 1} import y\n"
-              for i in range(0, 800, 3)}
-    commits = [(f"commit {c}", rng.sample(files, rng.randint(1, 30))) for c in range(150)]
-    f = facts(dict.fromkeys(files, "A"), commits, texts=texts)
-    groups = draft(f)
-    assert sorted(p for g in groups for p in g.paths) == sorted(files)
-    where = {p: i for i, g in enumerate(groups) for p in g.paths}
-    d = derive(f)
-    assert all(where[q] <= where[p] for p in files for q in d.deps[p])  # each prefix can build
-
-
-def test_a_merge_subject_is_noise_and_a_conventional_subject_keeps_its_case() -> None:
-    f = facts({"app/a.py": "A"}, [("Merge branch 'main' into feature", ["app/a.py"]),
-                                  ("Merge pull request #12 from x/y", ["app/a.py"])])
-    assert [g.message for g in draft(f)] == ["Add app/a.py"]
-    f2 = facts({"app/mul.py": "A"}, [("feat: mul", ["app/mul.py"])])  # the log is not conventional
-    assert [g.message for g in draft(f2)] == ["feat: mul"]
+def test_a_rename_goes_together() -> None:
+    f = facts({"lib/old.py": "D", "lib/new.py": "A", "lib/other.py": "A"},
+              [("remove old", ["lib/old.py"]), ("other", ["lib/other.py"]),
+               ("add new", ["lib/new.py"])],
+              blobs={"lib/old.py": ("b1", None), "lib/new.py": (None, "b1"),
+                     "lib/other.py": (None, "b2")})
+    home = {p: i for i, g in enumerate(groups_of(f)) for p in g}
+    assert home["lib/old.py"] == home["lib/new.py"]
 
 
 def test_empty_files_are_never_taken_for_a_rename() -> None:
-    """Two packages, one added and one removed, each with an empty `__init__.py`: not one
-    change (git's rename detection never pairs empty files either)."""
     empty = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
     f = facts({"reports/__init__.py": "A", "reports/pdf.py": "A", "legacy/__init__.py": "D",
                "legacy/old.py": "D"},
@@ -167,18 +115,151 @@ def test_empty_files_are_never_taken_for_a_rename() -> None:
                ("remove legacy package", ["legacy/__init__.py", "legacy/old.py"])],
               blobs={"reports/__init__.py": (None, empty), "legacy/__init__.py": (empty, None),
                      "reports/pdf.py": (None, "b1"), "legacy/old.py": ("b2", None)})
-    groups = group_files(f)
-    assert ["reports/__init__.py", "reports/pdf.py"] in groups
-    assert ["legacy/__init__.py", "legacy/old.py"] in groups
+    assert groups_of(f) == [["reports/__init__.py", "reports/pdf.py"],
+                            ["legacy/__init__.py", "legacy/old.py"]]
 
 
-def test_a_conftest_goes_with_the_first_tests_not_after_them() -> None:
-    """The messy branch adds tests/conftest.py first, then code with the tests that use its
-    fixture: the draft keeps the fixture with those tests (last, they would fail without it)."""
-    f = facts({"tests/conftest.py": "A", "app/stats.py": "A", "tests/test_stats.py": "A"},
-              [("fixtures", ["tests/conftest.py"]),
-               ("totals", ["app/stats.py", "tests/test_stats.py"])],
-              texts={"tests/test_stats.py": "from app.stats import total\n"})
-    groups = group_files(f)
-    assert [sorted(g) for g in groups] == [["app/stats.py", "tests/conftest.py",
-                                           "tests/test_stats.py"]]
+# --- order -------------------------------------------------------------------------------------
+
+
+def test_a_deletion_never_comes_before_the_change_that_stops_using_it() -> None:
+    f = facts({"core/gone.py": "D", "core/user.py": "M"},
+              [("delete", ["core/gone.py"]), ("x", ["core/user.py"])],
+              texts={"core/user.py": "import os\n"},
+              base_texts={"core/user.py": "from core.gone import helper\n"})
+    d = derive(f)
+    assert d.stops["core/gone.py"] == {"core/user.py"}
+    assert order_groups([["core/gone.py"], ["core/user.py"]], [0.0, 1.0], d) == \
+        [["core/user.py"], ["core/gone.py"]]
+
+
+def test_an_import_that_was_there_before_orders_nothing_a_new_need_does() -> None:
+    """Modules of one package that import each other (as before) are no cycle to merge; a new
+    import, or a use of a name the other's change defines, is an order to keep."""
+    base = {"pkg/a.py": "from pkg.b import helper\nx = 1\n",
+            "pkg/b.py": "from pkg.a import x\ndef helper():\n    return 1\n"}
+    f = facts({"pkg/a.py": "M", "pkg/b.py": "M", "pkg/c.py": "M"},
+              [("Tune a", ["pkg/a.py"]), ("Tune b", ["pkg/b.py"]), ("Tune c", ["pkg/c.py"])],
+              texts={"pkg/a.py": "from pkg.b import helper\nx = 2\n",
+                     "pkg/b.py": "from pkg.a import x\ndef helper():\n    return 2\n",
+                     "pkg/c.py": "from pkg.a import x\ndef rounded(v):\n    return x\n"},
+              base_texts={**base, "pkg/c.py": "def rounded(v):\n    return v\n"})
+    d = derive(f)
+    assert d.deps["pkg/a.py"] == d.deps["pkg/b.py"] == set()
+    assert d.deps["pkg/c.py"] == {"pkg/a.py"}  # a new import
+    assert len(order_groups([["pkg/a.py"], ["pkg/b.py"], ["pkg/c.py"]], [0.0, 1.0, 2.0], d)) == 3
+
+
+def test_groups_that_need_each_other_are_merged() -> None:
+    f = facts({"a.py": "A", "b.py": "A"}, [("a", ["a.py"]), ("b", ["b.py"])],
+              texts={"a.py": "import b\n", "b.py": "import a\n"})
+    assert order_groups([["a.py"], ["b.py"]], [0.0, 1.0], derive(f)) == [["a.py", "b.py"]]
+
+
+def test_code_comes_after_the_changed_code_it_imports_whatever_the_messy_order() -> None:
+    f = facts({"app/user.py": "A", "docs/guide.md": "M", "lib/base.py": "A"},
+              [("Add the user model", ["app/user.py"]),
+               ("Explain the models in the guide", ["docs/guide.md"]),
+               ("Add the base model", ["lib/base.py"])],
+              texts={"app/user.py": "from lib.base import B\n"})
+    where = {p: i for i, g in enumerate(groups_of(f)) for p in g}
+    assert where["lib/base.py"] <= where["app/user.py"]
+
+
+def test_a_test_comes_after_its_module_by_name_and_after_its_fixtures() -> None:
+    f = facts({"tests/test_cart.py": "A", "tests/conftest.py": "A", "shop/cart.py": "M"},
+              [("Test the cart's totals", ["tests/test_cart.py"]),
+               ("Add fixtures for the tests", ["tests/conftest.py"]),
+               ("Round the cart's totals", ["shop/cart.py"])])
+    d = derive(f)
+    assert d.deps["tests/test_cart.py"] == {"shop/cart.py", "tests/conftest.py"}
+    groups = groups_of(f)
+    where = {p: i for i, g in enumerate(groups) for p in g}
+    assert where["tests/test_cart.py"] >= max(where["shop/cart.py"],
+                                              where["tests/conftest.py"])
+
+
+# --- size and scale ----------------------------------------------------------------------------
+
+
+def test_every_file_is_in_exactly_one_group_and_the_draft_is_deterministic() -> None:
+    changes = {"a/x.py": "A", "a/y.py": "M", "b/z.rs": "D", "tests/test_x.py": "A",
+               "docs/d.md": "A", "Cargo.toml": "M", "weird name.txt": "A"}
+    commits = [("one", ["a/x.py", "b/z.rs"]), ("two", ["tests/test_x.py", "docs/d.md"]),
+               ("three", ["Cargo.toml", "weird name.txt", "a/y.py"]), ("x", ["a/x.py"])]
+    first, second = draft(facts(changes, commits)), draft(facts(changes, commits))
+    assert sorted(p for g in first.groups for p in g.paths) == sorted(changes)
+    assert first == second
+
+
+def test_a_branch_makes_a_sensible_number_of_commits_never_one_never_one_per_file() -> None:
+    """200 files dealt out one by one with no evidence at all: about √200 commits."""
+    files = [f"pkg{i % 7}/m{i}.py" for i in range(200)]
+    f = facts(dict.fromkeys(files, "A"), [("wip", [p]) for p in files])
+    n = len(draft(f).groups)
+    assert 9 <= n <= 21
+
+
+def test_a_large_branch_is_grouped_by_role_and_folder_and_says_so() -> None:
+    rng = random.Random(1)
+    files = [f"src/pkg{i % 20}/sub{i % 3}/mod{i}.py" for i in range(1600)] + \
+        [f"tests/test_mod{i}.py" for i in range(300)] + [f"docs/d{i}.md" for i in range(100)]
+    texts = {f"tests/test_mod{i}.py": f"from src.pkg{i % 20}.sub{i % 3}.mod{i} import x\n"
+             for i in range(300)}
+    commits = [(f"commit {c}", rng.sample(files, rng.randint(1, 30))) for c in range(150)]
+    f = facts(dict.fromkeys(files, "A"), commits, texts=texts)
+    assert len(files) > EVIDENCE_LIMIT
+    drafted = draft(f)
+    assert "by role and folder" in drafted.how
+    assert 8 <= len(drafted.groups) <= 30
+    assert sorted(p for g in drafted.groups for p in g.paths) == sorted(files)
+    where = {p: i for i, g in enumerate(drafted.groups) for p in g.paths}
+    d = derive(f)
+    assert all(where[q] <= where[p] for p in files for q in d.deps[p])  # each prefix can build
+
+
+# --- shared files ------------------------------------------------------------------------------
+
+
+def test_a_file_two_pieces_of_work_changed_goes_in_the_last_and_is_reported() -> None:
+    f = facts({"src/a.py": "M", "src/b.py": "M", "CHANGES.md": "M", "docs/a.md": "M",
+               ".github/workflows/ci.yml": "M"},
+              [("Speed up a's parser", ["src/a.py", "CHANGES.md", "docs/a.md"]),
+               ("Test on Python 3.13 in CI", [".github/workflows/ci.yml"]),
+               ("Teach b to stream its output", ["src/b.py", "CHANGES.md"])])
+    drafted = draft(f)
+    groups = [list(g.paths) for g in drafted.groups]
+    home = {p: i for i, g in enumerate(groups) for p in g}
+    assert home["CHANGES.md"] == home["src/b.py"] != home["src/a.py"]
+    assert drafted.shared == {"CHANGES.md": (home["src/a.py"] + 1, home["src/b.py"] + 1)}
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+
+def test_messages_come_from_a_describing_messy_commit_never_from_noise() -> None:
+    f = facts({"shop/discounts.py": "A"},
+              [("WIP discounts", ["shop/discounts.py"]), ("fix build", ["shop/discounts.py"]),
+               ("more discount stuff", ["shop/discounts.py"])])
+    assert [g.message for g in draft(f).groups] == ["Add shop/discounts.py"]
+    f2 = facts({"shop/discounts.py": "A"},
+               [("wip", ["shop/discounts.py"]), ("add discount codes", ["shop/discounts.py"])])
+    assert [g.message for g in draft(f2).groups] == ["Add discount codes"]
+
+
+def test_conventional_commits_when_the_log_uses_them() -> None:
+    log = ("feat: cart", "fix(cart): rounding", "docs: readme", "Merge stuff")
+    assert conventional(log)
+    assert not conventional(("Add cart", "Fix rounding", "docs: readme"))
+    f = facts({"src/a.py": "A", "README.md": "M"},
+              [("a", ["src/a.py"]), ("Describe the new module a", ["README.md"])], log=log)
+    messages = [g.message for g in draft(f).groups]
+    assert messages == ["feat: add src/a.py", "docs: describe the new module a"]
+
+
+def test_a_merge_subject_is_noise_and_a_conventional_subject_keeps_its_case() -> None:
+    f = facts({"app/a.py": "A"}, [("Merge branch 'main' into feature", ["app/a.py"]),
+                                  ("Merge pull request #12 from x/y", ["app/a.py"])])
+    assert [g.message for g in draft(f).groups] == ["Add app/a.py"]
+    f2 = facts({"app/mul.py": "A"}, [("feat: mul", ["app/mul.py"])])
+    assert [g.message for g in draft(f2).groups] == ["feat: mul"]

@@ -52,6 +52,10 @@ def test_load_gives_typed_values(spec_path: Path) -> None:
     assert spec.commits[0].message == "refactor: extract validation\n\nWhy this commit exists."
     assert spec.commits[0].paths == ("src/validation.py",)
     assert spec.commits[1].paths is None and spec.commits[1].history == ()
+    assert spec.commits[0].versions == ()
+    spec_path.write_text(SPEC.replace('paths = ["src/validation.py"]',
+                                      f'paths = ["a.py"]\nversions = {{ "src/b.py" = "{SHA}" }}'))
+    assert load(spec_path).commits[0].versions == (("src/b.py", SHA),)
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -73,6 +77,14 @@ def test_load_gives_typed_values(spec_path: Path) -> None:
      "spec.toml: cleaned: must differ from `source`"),
     (('source = "feature-oauth"', 'source = "feature-oauth'),
      "spec.toml: not valid TOML: Illegal character '\\n' (at line 2"),
+    (('paths = ["src/validation.py"]', f'paths = ["a.py"]\nversions = {{ "b.py" = "{SHA[:12]}" }}'),
+     "spec.toml: [[commit]] #1 → versions → 'b.py': expected a full commit id"),
+    (('paths = ["src/validation.py"]', f'paths = ["a.py"]\nversions = {{ "../b.py" = "{SHA}" }}'),
+     "spec.toml: [[commit]] #1 → versions → '../b.py': `..` is refused"),
+    (('paths = ["src/validation.py"]', 'paths = ["a.py"]\nversions = ["b.py"]'),
+     "spec.toml: [[commit]] #1 → versions: expected a table of paths and commit ids"),
+    (('hints = """Multi-line', f'versions = {{ "b.py" = "{SHA}" }}\nhints = """Multi-line'),
+     "spec.toml: [[commit]] #2 → versions: needs `paths` beside it"),
 ])
 def test_errors_name_the_key_path(spec_path: Path, edit: tuple[str, str], message: str) -> None:
     spec_path.write_text(SPEC.replace(*edit))

@@ -228,6 +228,7 @@ def check_spec(repo: Repo, spec: Spec) -> tuple[checks.Revisions, str]:
     checks.source_files(repo, revs, spec.sandbox.max_file_size)
     tip = repo.branch_sha(spec.cleaned) or revs.base
     checks.path_patterns(repo, spec, tip, revs.source)
+    checks.versions(repo, spec, revs.source, revs.base)
     check_inputs(repo, spec.sandbox, [revs.base, revs.source], f"{spec.remote} or {spec.source}")
     return revs, tip
 

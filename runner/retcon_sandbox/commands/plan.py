@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,16 @@ from retcon_sandbox.commands.options import (
 from retcon_sandbox.errors import EXIT_OK, EXIT_UNCOVERED, GitError, SpecError, UsageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.plan.coverage import Coverage, Proposed, Repairs, check, repair
-from retcon_sandbox.plan.draft import Group, derive, draft
+from retcon_sandbox.plan.draft import (
+    EVIDENCE_LIMIT,
+    Group,
+    draft,
+    for_a_model,
+    shared_by,
+    with_versions,
+)
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
+from retcon_sandbox.plan.order import derive
 from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
@@ -42,7 +51,7 @@ from retcon_sandbox.spec.settings import DEFAULTS
 from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize, sanitize_name
 
-TEXT_LIMIT = 512 * 1024  # larger files are not read for imports
+TEXT_LIMIT = 512 * 1024  # larger files are not read (for imports and shared identifiers)
 CODE_SUFFIXES = (".py", ".rs", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs")
 LOG_SUBJECTS = 30
 
@@ -140,16 +149,17 @@ def default_remote(repo: Repo, source: str, source_sha: str) -> str:
 # --- what the planner reads ----------------------------------------------------------------
 
 
-def _text(repo: Repo, path: str, blob: str | None) -> str | None:
-    if blob is None or not path.endswith(CODE_SUFFIXES):
-        return None
-    data = repo.small_blob(blob, TEXT_LIMIT)
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
+    """path -> blob read as UTF-8 text: those under TEXT_LIMIT that are text."""
+    data = repo.small_blobs(list(wanted.values()), TEXT_LIMIT)
+    out = {}
+    for path, blob in wanted.items():
+        if blob in data:
+            try:
+                out[path] = data[blob].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+    return out
 
 
 def read_facts(target: Target) -> Facts:
@@ -161,11 +171,14 @@ def read_facts(target: Target) -> Facts:
     for path, *_ in entries:
         refuse_dotgit(path)
     changes = tuple(Change(path, status, old, new) for path, status, old, new in entries)
-    commits = tuple(MessyCommit(subject, tuple(repo.touched_paths(sha)))
-                    for sha, _tree, subject in repo.commits_in(target.source, target.base))
-    texts = {c.path: t for c in changes if (t := _text(repo, c.path, c.new_blob)) is not None}
-    base_texts = {c.path: t for c in changes if c.status != "A"
-                  and (t := _text(repo, c.path, c.old_blob)) is not None}
+    commits = tuple(MessyCommit(subject, tuple(p for p, *_ in entries),
+                                tuple((old, new) for _, _, old, new in entries), sha)
+                    for sha, subject, entries in repo.commit_changes(target.source, target.base))
+    code_only = len(changes) > EVIDENCE_LIMIT  # folders decide: only imports are read
+    readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
+    texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
+    base_texts = _texts(repo, {c.path: c.old_blob for c in readable
+                               if c.status != "A" and c.old_blob})
     files = frozenset(repo.ls_tree(repo.tree_of(target.source)))
     return Facts(changes, commits, files, texts, base_texts,
                  tuple(repo.subjects(target.remote, LOG_SUBJECTS)))
@@ -182,7 +195,8 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
     target = choose(repo, args.source, args.remote, args.cleaned)
     facts = read_facts(target)
     out = sys.stdout if output is not None or args.json else sys.stderr
-    groups = draft(facts)
+    drafted = draft(facts)
+    groups = drafted.groups
     b = target.branches
     reporter.emit("plan_start", source=b.source, remote=b.remote, cleaned=b.cleaned,
                   base=target.base, files=len(facts.changes), messy_commits=len(facts.commits))
@@ -192,7 +206,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                        f"{len(facts.changes)} changed file(s) in {len(facts.commits)} messy "
                        "commit(s)"), file=out)
     model = ModelOptions(args.model, args.base_url, args.model_timeout).settings()
-    how = "deterministic: co-change, directories, imports and the messy messages"
+    how = f"deterministic: {drafted.how}"
     if model is not None:
         groups, repairs = refine(args, target, facts, groups, reporter, out)
         how = (f"proposed by the model {model.model}, checked in code" if repairs.refused is None
@@ -203,21 +217,15 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
                       f"--cleaned NAME for a new one, delete it (git branch -D {b.cleaned}) if "
                       "it is an old result, or run `execute --adopt-branch` to add the commits "
                       "on top of it")
+    groups = shared(repo, facts, groups, model is not None, reporter, out if talk else None)
     header = (f"Draft history spec for {b.source}, made by `retcon-sandbox plan` from "
               f"{len(facts.commits)} messy commit(s)\n({how}).\n"
               "A draft: review the grouping, order and messages before `retcon-sandbox "
-              "execute`.\nEach [[commit]] lists `paths`, so no model is needed; drop `paths` "
-              "from a commit\nto let a model extract it by its hints instead.")
+              "execute`.\nA [[commit]] that lists `paths` needs no model; drop `paths` from a "
+              "commit\nto let a model extract it by its hints instead.")
     text = spec_text(b, groups, guess_commands(facts.source_files), header)
     exact(facts.paths, groups)
-    for number, group in enumerate(groups, 1):
-        reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
-                      paths=list(group.paths))
-        if talk:
-            print(sanitize(f"  {number}. {group.message.splitlines()[0]}  "
-                           f"({len(group.paths)} file(s): "
-                           + ", ".join(sanitize_name(p) for p in group.paths[:4])
-                           + (", …" if len(group.paths) > 4 else "") + ")"), file=out)
+    show(groups, reporter, out if talk else None)
     if output is not None:
         try:
             output.write(text.encode("utf-8"))
@@ -249,13 +257,76 @@ RESUME = ("The run saves each step in the spec: after a stop (a stuck commit, Ct
           "error), the same\ncommand resumes where it stopped.")
 
 
+def show(groups: list[Group], reporter: Reporter, out: TextIO | None) -> None:
+    for number, group in enumerate(groups, 1):
+        reporter.emit("plan_commit", number=number, subject=group.message.splitlines()[0],
+                      paths=list(group.paths), model=group.model)
+        if out is not None:
+            print(sanitize(f"  {number}. {group.message.splitlines()[0]}  "
+                           f"({len(group.paths)} file(s): "
+                           + ", ".join(sanitize_name(p) for p in group.paths[:4])
+                           + (", …" if len(group.paths) > 4 else "") + ")"
+                           + (", for the model (no `paths`)" if group.model else "")), file=out)
+
+
+HUNK_LINES = 40  # of one part of a shared file, in a hints commit
+
+
+def shared(repo: Repo, facts: Facts, groups: list[Group], model: bool, reporter: Reporter,
+           out: TextIO | None) -> list[Group]:
+    """Files that two or more commits' work changed: said. Each earlier commit takes the file
+    as its messy commits left it (`versions`), or with a model becomes a hints commit naming its
+    part of the file; the last keeps the file whole."""
+    parts = shared_by(facts, [g.paths for g in groups])
+    for path, commits in parts.items():
+        numbers = list(commits)
+        reporter.emit("plan_shared", path=path, commits=numbers)
+        if out is not None:
+            others = "#" + ", #".join(map(str, numbers[:-1]))
+            one = len(numbers) == 2
+            print(sanitize(f"  Shared: {sanitize_name(path)} is changed by the work of {others} "
+                           f"and #{numbers[-1]}: it goes whole in #{numbers[-1]}; " +
+                           (f"{others} {'is' if one else 'are'} drafted for the model, which "
+                            "takes their part" if model else f"{others} take{'s' if one else ''}"
+                            f" it as {'its' if one else 'their'} messy commits left it")),
+                  file=out)
+    if not parts:
+        return groups
+    if not model:
+        return with_versions(groups, parts, facts)
+    return for_a_model(groups, parts, hunks(repo, facts, parts))
+
+
+def hunks(repo: Repo, facts: Facts, parts: dict[str, dict[int, tuple[int, ...]]]
+          ) -> dict[tuple[str, int], str]:
+    """(path, commit) -> the diff of the part of the file that commit's messy commits made."""
+    ends: dict[tuple[str, int], tuple[str | None, str | None]] = {}
+    for path, commits in parts.items():
+        for number, messy in list(commits.items())[:-1]:
+            blobs = [dict(zip(facts.commits[i].paths, facts.commits[i].blobs, strict=False))
+                     .get(path, (None, None)) for i in messy]
+            ends[(path, number)] = (blobs[0][0], blobs[-1][1])
+    texts = repo.small_blobs([b for pair in ends.values() for b in pair if b], TEXT_LIMIT)
+    out = {}
+    for key, (before, after) in ends.items():
+        old, new = (texts.get(b, b"").decode("utf-8", "replace") if b else "" for b in
+                    (before, after))
+        lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="",
+                                          n=1))[2:]
+        out[key] = "\n".join(lines[:HUNK_LINES]) + \
+            (f"\n… {len(lines) - HUNK_LINES} more line(s)" if len(lines) > HUNK_LINES else "")
+    return out
+
+
 def exact(paths: list[str], groups: list[Group]) -> None:
     """The written `paths` take every changed file exactly once (a name's `?` could match
-    another name): otherwise stop, having written nothing."""
-    coverage = check(paths, [(n, tuple(path_pattern(p) for p in g.paths))
+    another name), but those a commit drafted for the model takes: otherwise stop, having
+    written nothing."""
+    coverage = check(paths, [(n, None if g.model else tuple(path_pattern(p) for p in g.paths))
                              for n, g in enumerate(groups, 1)])
-    if not coverage.complete or coverage.uncovered:
-        odd = list(coverage.twice) + list(coverage.uncovered)
+    theirs = {p for g in groups if g.model for p in g.paths}
+    if not coverage.complete or set(coverage.uncovered) - theirs:
+        odd = list(coverage.twice) + [p for p in coverage.uncovered if p not in theirs]
         raise GitError("these changed files cannot be named exactly in `paths` (their names "
                        "hold characters a pattern cannot): "
                        + ", ".join(sanitize_name(p) for p in odd[:10]),

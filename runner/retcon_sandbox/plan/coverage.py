@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from retcon_sandbox.paths import Patterns
-from retcon_sandbox.plan.draft import Derived, Group, order_groups
+from retcon_sandbox.plan.draft import Group
+from retcon_sandbox.plan.order import Derived, order_groups
 from retcon_sandbox.text import sanitize
 
 

@@ -1,39 +1,52 @@
-"""The deterministic draft: group the branch's changed files into logical commits, and order the
-groups so that each prefix can build.
+"""The deterministic draft: the branch's changed files in logical commits, ordered so that
+each prefix can build, with messages.
 
-- Files that the messy commits changed together (Jaccard similarity of the sets of commits that
-  touched them at least 1/2) are one group; a commit that sweeps over most of a larger branch
-  says nothing and is not counted. A rename (a deleted and an added file with the same content
-  or name) is one group.
-- A code file changed on its own joins the group of a new module it starts importing, or of the
-  file whose deletion it follows. Files that no messy commit tells apart (only a sweeping one
-  touched them) are grouped by directory. A manifest joins the group it changed with most, else
-  the first.
-- A test file changed in the same messy commits as some code goes with that code; otherwise the
-  tests of one group's code come right after it, as their own commit. Documentation changed only
-  alongside one group's code goes with it; the rest is one last commit.
-- Order: groups by when the messy branch first touched them, then every import is honoured (a
-  file comes with or after every changed file it imports, and a file stops importing a module no
-  later than the module's deletion); groups that need each other are merged.
-Messages come from the messy commits where one describes its group; else they say what changed,
-in the repository's style (conventional commits when its log uses them).
+How files are grouped (plan/evidence.py reads the evidence, plan/weights.py weighs it):
+- When the messy history reflects how the work went (a file changed twice, a subject that
+  says something, or files committed together that are related beyond chance), each file goes
+  with the files finished in the same messy commit, and consecutive pieces are joined while
+  the next continues the same work: related files, a `wip` subject, no gap.
+- Otherwise (files dealt out at random), files are linked by structure alone: folders, roles,
+  names, imports, and the identifiers and lines their changes share.
+- A branch of n files makes between √n / SPREAD and √n · SPREAD commits; past
+  EVIDENCE_LIMIT files it is grouped by role and folder.
+- A file that several pieces of work changed goes whole in the last of them; each earlier
+  one takes it as its messy commits left it (`with_versions`), or with a model is drafted as a
+  hints commit naming its part (`for_a_model`).
+Order: by time (or by role when the history has none), then what each file starts to need
+comes first (plan/order.py). Messages: plan/messages.py.
 """
 
 from __future__ import annotations
 
-import heapq
-import re
-from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
+from retcon_sandbox.paths import control_character, not_unicode
+from retcon_sandbox.plan import weights
+from retcon_sandbox.plan.cluster import by_folders, cut, link
+from retcon_sandbox.plan.evidence import (
+    FEATURES,
+    Structure,
+    Timeline,
+    features,
+    structure,
+    sweeps,
+    timeline,
+    vague,
+)
 from retcon_sandbox.plan.facts import Facts
-from retcon_sandbox.plan.kinds import kind, test_file
-from retcon_sandbox.sourceimports import imports
-from retcon_sandbox.text import sanitize, sanitize_name
+from retcon_sandbox.plan.kinds import ROLES, role
+from retcon_sandbox.plan.messages import conventional, kind_of_group, message_for
+from retcon_sandbox.plan.order import Derived, derive, order_groups
+from retcon_sandbox.text import sanitize_name
 
-JACCARD = 0.5
-SWEEP = 0.5  # a commit touching more than this share of a branch's files (of 7 or more) sweeps
+EVIDENCE_LIMIT = 300  # files; above, pairs are too many to score and folders decide
+WINDOW = 3  # units on each side of a join whose files are compared (as TextTiling compares blocks)
+SPREAD = 1.5  # a branch of n files makes between √n / SPREAD and √n · SPREAD commits
+EMPTY_BLOBS = ("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",  # SHA-1
+               "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813")  # SHA-256
 
 
 @dataclass(frozen=True)
@@ -42,439 +55,239 @@ class Group:
     message: str
     hints: str
     kind: str  # code | test | docs
-
-
-class _Sets:
-    """Union-find over paths; the representative of a set is its first path in diff order."""
-
-    def __init__(self, items: Iterable[str]) -> None:
-        self.order = {p: i for i, p in enumerate(items)}
-        self.parent = {p: p for p in self.order}
-
-    def find(self, p: str) -> str:
-        while self.parent[p] != p:
-            self.parent[p] = self.parent[self.parent[p]]
-            p = self.parent[p]
-        return p
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            first, second = sorted((ra, rb), key=self.order.__getitem__)
-            self.parent[second] = first
-
-    def members(self, items: Iterable[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for p in items:
-            out.setdefault(self.find(p), []).append(p)
-        return out
-
-
-# --- facts derived once ------------------------------------------------------------------
+    model: bool = False  # drafted for a model: hints only, no `paths` (see for_a_model)
+    versions: tuple[tuple[str, str], ...] = ()  # files taken as a messy commit had them
 
 
 @dataclass(frozen=True)
-class Derived:
-    paths: list[str]
-    status: dict[str, str]
-    kinds: dict[str, str]
-    touch: dict[str, frozenset[int]]  # path -> indices of the messy commits that count
-    deps: dict[str, set[str]]  # path -> changed paths it imports at source
-    stops: dict[str, set[str]]  # deleted path -> changed paths that imported it at base
-    by_commit: dict[int, tuple[str, ...]]  # messy commit that counts -> the paths it touched
+class Draft:
+    groups: list[Group]
+    how: str  # which evidence decided, in a few words
+    shared: dict[str, tuple[int, ...]] = field(default_factory=dict)  # path -> commits (1-based)
 
 
-def derive(facts: Facts) -> Derived:
-    paths = facts.paths
-    changed = set(paths)
-    status = {c.path: c.status for c in facts.changes}
-    touch: dict[str, set[int]] = {p: set() for p in paths}
-    for i, commit in enumerate(facts.commits):
-        touched = changed.intersection(commit.paths)
-        if len(changed) >= 7 and len(touched) > SWEEP * len(changed):
-            continue
-        for p in touched:
-            touch[p].add(i)
-    present = changed - {p for p, s in status.items() if s == "D"}
-    deps = {p: imports(p, facts.texts[p], facts.source_files) & present if p in facts.texts
-            else set() for p in paths}
-    deleted = {p for p, s in status.items() if s == "D"}
-    base_tree = frozenset(facts.source_files | deleted)
-    stops: dict[str, set[str]] = {d: set() for d in deleted}
-    for p, text in facts.base_texts.items():
-        if p in changed:
-            for d in imports(p, text, base_tree) & deleted:
-                if p not in deps or d not in deps[p]:
-                    stops[d].add(p)
-    by_commit: dict[int, list[str]] = {}
-    for p in paths:
-        for i in sorted(touch[p]):
-            by_commit.setdefault(i, []).append(p)
-    return Derived(paths, status, {p: kind(p) for p in paths},
-                   {p: frozenset(s) for p, s in touch.items()}, deps, stops,
-                   {i: tuple(ps) for i, ps in by_commit.items()})
+# --- scores -------------------------------------------------------------------------------------
 
 
-def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
-    return len(a & b) / len(a | b) if a and b else 0.0
+class Scores:
+    """The pair log-odds of the structure model, computed once per pair."""
+
+    def __init__(self, s: Structure, paths: Sequence[str]) -> None:
+        w = [weights.PAIR.get(name, 0.0) for name in FEATURES]
+        bias = weights.PAIR["intercept"]
+        self.index = {p: i for i, p in enumerate(paths)}
+        self.values: dict[tuple[int, int], float] = {}
+        for i, a in enumerate(paths):
+            for j in range(i + 1, len(paths)):
+                self.values[i, j] = bias + sum(
+                    x * f for x, f in zip(w, features(s, a, paths[j]), strict=True))
+
+    def __call__(self, a: str, b: str) -> float:
+        i, j = self.index[a], self.index[b]
+        return self.values[(i, j) if i < j else (j, i)]
 
 
-# --- grouping --------------------------------------------------------------------------------
+def coherence(facts: Facts, t: Timeline, scores: Scores) -> float:
+    """How much more related the files committed together are than any two files: a z-score
+    of their mean pair score (0 when no two files were committed together)."""
+    values = list(scores.values.values())
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
+    swept = sweeps(facts)
+    together = {(a, b) for i, c in enumerate(facts.commits) if i not in swept
+                for a in c.paths for b in c.paths
+                if a < b and a in scores.index and b in scores.index}
+    if not together:
+        return 0.0
+    shared = [scores(a, b) for a, b in together]
+    return (sum(shared) / len(shared) - mean) / spread * math.sqrt(len(shared))
 
 
-EMPTY_BLOBS = ("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",  # SHA-1
-               "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813")  # SHA-256
+def ordered_history(facts: Facts, t: Timeline, scores: Scores) -> bool:
+    """Whether the messy commits reflect how the work went, rather than a random deal."""
+    subjects = [c.subject for c in facts.commits]
+    telling = sum(not vague(s) for s in subjects)
+    return t.revisited > 0 or 10 * telling >= len(subjects) > 0 or \
+        coherence(facts, t, scores) >= 1.0
 
 
-def _renames(facts: Facts, sets: _Sets) -> None:
-    """A deleted file and the one added file with its content (else its name) are one change.
-    Not an empty file: every empty file has the same content, and its name (`__init__.py`)
-    says nothing of where it went, as git's own rename detection holds."""
-    added = [c for c in facts.changes if c.status == "A" and c.new_blob not in EMPTY_BLOBS]
-    for gone in (c for c in facts.changes if c.status == "D" and c.old_blob not in EMPTY_BLOBS):
-        same = [a for a in added if a.new_blob and a.new_blob == gone.old_blob] or \
-            [a for a in added if a.path.rsplit("/", 1)[-1] == gone.path.rsplit("/", 1)[-1]]
-        if len(same) == 1:
-            sets.union(gone.path, same[0].path)
-
-
-def _by_cochange(files: list[str], d: Derived, sets: _Sets) -> None:
-    """Union the files whose messy commits overlap enough; only pairs that share a commit are
-    compared, once per distinct set of commits."""
-    first: dict[frozenset[int], str] = {}
-    for p in files:
-        if d.touch[p]:
-            if d.touch[p] in first:
-                sets.union(first[d.touch[p]], p)
-            else:
-                first[d.touch[p]] = p
-    shown = set(first.values())
-    compared: set[tuple[str, str]] = set()
-    for touched in d.by_commit.values():
-        local = [p for p in touched if p in shown]
-        for i, a in enumerate(local):
-            for b in local[i + 1:]:
-                if (a, b) not in compared:
-                    compared.add((a, b))
-                    if _jaccard(d.touch[a], d.touch[b]) >= JACCARD:
-                        sets.union(a, b)
-
-
-def _lone(files: list[str], sets: _Sets) -> list[str]:
-    sizes = Counter(sets.find(p) for p in files)
-    return [p for p in files if sizes[sets.find(p)] == 1]
-
-
-def _attach_code(code: list[str], d: Derived, sets: _Sets) -> None:
-    for p in _lone([q for q in code if d.kinds[q] == "code" and d.status[q] == "M"], sets):
-        new = [q for q in d.deps[p] if d.status[q] == "A" and q in code]
-        followed = [d_ for d_, importers in d.stops.items() if p in importers and d_ in code]
-        for other in new + followed:
-            if sets.find(other) != sets.find(p):
-                sets.union(p, other)
-                break
-    for p in _lone(code, sets):  # a lone deletion follows the first file that stopped using it
-        if d.status[p] == "D":
-            for importer in sorted(d.stops[p], key=sets.order.__getitem__):
-                if importer in code:
-                    sets.union(p, importer)
-                    break
-    by_dir: dict[str, str] = {}  # files no messy commit tells apart: by directory
-    for p in _lone([q for q in code if d.kinds[q] == "code" and not d.touch[q]], sets):
-        directory = p.rsplit("/", 1)[0] if "/" in p else ""
-        if directory in by_dir:
-            sets.union(by_dir[directory], p)
-        else:
-            by_dir[directory] = p
-
-
-def _overlap(p: str, candidates: list[str], d: Derived, sets: _Sets) -> str | None:
-    """The group (of `candidates`' files) that shares most messy commits with `p`."""
-    allowed = set(candidates)
-    counts: Counter[str] = Counter()
-    for i in d.touch[p]:
-        for q in d.by_commit[i]:
-            if q in allowed and sets.find(q) != sets.find(p):
-                counts[sets.find(q)] += 1
-    best = [g for g, n in counts.items() if n and n == max(counts.values())]
-    return min(best, key=sets.order.__getitem__) if best else None
-
-
-def _first_touch(files: Iterable[str], d: Derived) -> float:
-    firsts = [min(d.touch[p]) for p in files if d.touch[p]]
-    return float(min(firsts)) if firsts else 1e6
-
-
-def _support_first(groups: list[list[str]], ranks: list[float], loose: list[str]) -> None:
-    """Files that support tests and import no changed code (`conftest.py`, fixtures, data
-    under `tests/`) go with the first group holding tests, not last: tests need them."""
-    support = [p for p in loose if not test_file(p)]
-    holding = [i for i, g in enumerate(groups) if any(test_file(p) for p in g)]
-    if not support or not holding:
-        return
-    first = min(holding, key=lambda i: ranks[i])
-    groups[first].extend(support)
-    loose[:] = [p for p in loose if p not in support]
-
-
-def order_groups(groups: list[list[str]], ranks: list[float], d: Derived) -> list[list[str]]:
-    """The groups in an order where every file comes with or after what it imports (and a
-    deletion with or after its importers' changes), closest to `ranks` (lower first); groups
-    that need each other are merged."""
-    where = {p: i for i, g in enumerate(groups) for p in g}
-    after: dict[int, set[int]] = {i: set() for i in range(len(groups))}  # i needs these first
-    for i, group in enumerate(groups):
-        for p in group:
-            wanted = set(d.deps.get(p, ())) | d.stops.get(p, set())
-            after[i] |= {where[q] for q in wanted if q in where and where[q] != i}
-    components = _strongly_connected(after)
-    comp_of = {i: c for c, members in enumerate(components) for i in members}
-    merged = [[p for i in sorted(members) for p in groups[i]] for members in components]
-    rank = [min(ranks[i] for i in members) for members in components]
-    needs: dict[int, set[int]] = {c: set() for c in range(len(components))}
-    for i, firsts in after.items():
-        needs[comp_of[i]] |= {comp_of[j] for j in firsts if comp_of[j] != comp_of[i]}
-    waiting = {c: len(firsts) for c, firsts in needs.items()}
-    unblocks: dict[int, list[int]] = {c: [] for c in needs}
-    for c, firsts in needs.items():
-        for first in firsts:
-            unblocks[first].append(c)
-    ready = [(rank[c], c) for c, n in waiting.items() if n == 0]
-    heapq.heapify(ready)
-    done: list[int] = []
-    while ready:
-        _, chosen = heapq.heappop(ready)
-        done.append(chosen)
-        for c in unblocks[chosen]:
-            waiting[c] -= 1
-            if waiting[c] == 0:
-                heapq.heappush(ready, (rank[c], c))
-    return [merged[c] for c in done]
-
-
-def _strongly_connected(graph: dict[int, set[int]]) -> list[list[int]]:
-    """Tarjan's algorithm, iteratively; components in no particular order."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on_stack: set[int] = set()
-    out: list[list[int]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        top = stack.pop()
-                        on_stack.discard(top)
-                        component.append(top)
-                        if top == node:
-                            break
-                    out.append(component)
-            elif child not in index:
-                index[child] = low[child] = len(index)
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(sorted(graph[child]))))
-            elif child in on_stack:
-                low[node] = min(low[node], index[child])
+def goes_on_features(facts: Facts, t: Timeline, scores: Scores) -> list[dict[str, float]]:
+    """What says whether the next unit of the timeline continues this one's work: how related
+    their files are (and those of the units around the join), whether their subjects say
+    anything, the gap between them, their sizes, and how finely the branch was committed."""
+    granularity = math.log(len(facts.commits) / len(facts.paths))
+    out = []
+    for i in range(len(t.units) - 1):
+        here, there = t.unit_commits[i], t.unit_commits[i + 1]
+        pairs = [scores(a, b) for a in t.units[i] for b in t.units[i + 1]]
+        before = [p for u in t.units[max(0, i - WINDOW + 1):i + 1] for p in u]
+        after = [p for u in t.units[i + 1:i + 1 + WINDOW] for p in u]
+        window = [scores(a, b) for a in before for b in after]
+        out.append({"mean score": sum(pairs) / len(pairs), "best score": max(pairs),
+                    "window score": sum(window) / len(window),
+                    "next says nothing": float(there >= len(facts.commits) or
+                                               vague(facts.commits[there].subject)),
+                    "this says nothing": float(vague(facts.commits[here].subject)),
+                    "gap": math.log(max(1, there - here)),
+                    "this size": math.log(len(t.units[i])),
+                    "next size": math.log(len(t.units[i + 1])), "granularity": granularity})
     return out
 
 
-def group_files(facts: Facts) -> list[list[str]]:
-    """The draft's groups of paths, in order."""
-    d = derive(facts)
-    sets = _Sets(d.paths)
-    _renames(facts, sets)
-    code = [p for p in d.paths if d.kinds[p] in ("code", "config")]
-    _by_cochange(code, d, sets)
-    _attach_code(code, d, sets)
-    first_config: list[str] = []
-    for p in _lone([q for q in code if d.kinds[q] == "config"], sets):
-        best = _overlap(p, [q for q in code if d.kinds[q] == "code"], d, sets)
-        if best is not None:
-            sets.union(best, p)
-        else:
-            first_config.append(p)
-    code_groups = [g for g in sets.members(code).values()]
-    ranked = [(-1.0 if all(p in first_config for p in g) else _first_touch(g, d)) for g in
-              code_groups]
-    code_order = order_groups(code_groups, ranked, d)
-    position = {p: i for i, g in enumerate(code_order) for p in g}
-    groups: list[list[str]] = [list(g) for g in code_order]
-    ranks: list[float] = [float(i) for i in range(len(groups))]
+def goes_on(facts: Facts, t: Timeline, scores: Scores) -> list[float]:
+    """For each unit of the timeline but the last: the chance that the next continues it."""
+    w = weights.GOES_ON
+    out = []
+    for x in goes_on_features(facts, t, scores):
+        logit = w["intercept"] + sum(w.get(k, 0.0) * v for k, v in x.items())
+        out.append(1 / (1 + math.exp(-max(-50.0, min(50.0, logit)))))
+    return out
 
-    tests = [p for p in d.paths if d.kinds[p] == "test" and p not in position]
-    later: dict[int, list[str]] = {}  # tests of group i's code, committed after it
-    loose: list[str] = []
-    for t in tests:
-        best = _overlap(t, [q for q in code if q in position], d, sets)
-        if best is not None:
-            groups[position[best]].append(t)
+
+# --- grouping -----------------------------------------------------------------------------------
+
+
+def _renames(facts: Facts, groups: list[list[str]]) -> list[list[str]]:
+    """A deleted file goes with the one added file that has its content (not an empty file:
+    every empty file has the same content)."""
+    added: dict[str, list[str]] = {}
+    for c in facts.changes:
+        if c.status == "A" and c.new_blob and c.new_blob not in EMPTY_BLOBS:
+            added.setdefault(c.new_blob, []).append(c.path)
+    home = {p: i for i, g in enumerate(groups) for p in g}
+    for c in facts.changes:
+        if c.status == "D" and c.old_blob and len(added.get(c.old_blob, ())) == 1:
+            new = added[c.old_blob][0]
+            if home[new] != home[c.path]:
+                groups[home[c.path]].remove(c.path)
+                groups[home[new]].append(c.path)
+                home[c.path] = home[new]
+    return [g for g in groups if g]
+
+
+@dataclass(frozen=True)
+class Grouping:
+    groups: list[list[str]]
+    ranks: list[float]  # lower first
+    how: str
+    timeline: Timeline | None = None  # when the history's order made the groups
+
+
+def group_files(facts: Facts) -> Grouping:
+    paths = facts.paths
+    if len(paths) > EVIDENCE_LIMIT:
+        roles = {p: role(p) for p in paths}
+        groups = by_folders(paths, roles, max(3, min(20, round(math.sqrt(len(paths))))))
+        return Grouping(groups, _role_ranks(groups, roles, paths),
+                        f"{len(paths)} files: by role and folder (the evidence is weighed up "
+                        f"to {EVIDENCE_LIMIT} files)")
+    s, t = structure(facts), timeline(facts)
+    scores = Scores(s, paths)
+    root = math.sqrt(len(paths))
+    fewest, most = max(1, round(root / SPREAD)), max(1, round(root * SPREAD))
+    if len(t.units) > 1 and ordered_history(facts, t, scores):
+        groups = _renames(facts, cut(t.units, goes_on(facts, t, scores), fewest, most))
+        return Grouping(groups, [float(i) for i in range(len(groups))],
+                        "the messy history's order, then structure", t)
+    groups = _renames(facts, link(paths, scores, weights.LINK, fewest, most))
+    return Grouping(groups, _role_ranks(groups, s.roles, paths),
+                    "structure: folders, roles, names, imports and shared identifiers")
+
+
+def _role_ranks(groups: list[list[str]], roles: dict[str, str], paths: Sequence[str]
+                ) -> list[float]:
+    """Configuration and dependencies first, then code, tests, docs and change logs; then by
+    the order of the diff."""
+    index = {p: i for i, p in enumerate(paths)}
+    return [min(ROLES.index(roles[p]) for p in g) * len(paths) + min(index[p] for p in g)
+            for g in groups]
+
+
+def shared_files(t: Timeline, groups: Sequence[Sequence[str]]
+                 ) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Files that messy commits finishing two or more drafted commits changed: path -> each of
+    those commits (1-based) -> the messy commits (indices) that changed the file for it. The
+    file goes whole in the last, its own."""
+    home = {p: i for i, g in enumerate(groups) for p in g}
+    unit_of = dict(zip(t.unit_commits, t.units, strict=True))
+    out: dict[str, dict[int, tuple[int, ...]]] = {}
+    for p, commits in t.touched.items():
+        parts: dict[int, list[int]] = {}
+        for c in commits:
+            for g in {home[q] for q in unit_of.get(c, ())}:
+                if g <= home[p]:
+                    parts.setdefault(g + 1, []).append(c)
+        if len(parts) > 1:
+            out[p] = {g: tuple(sorted(set(c))) for g, c in sorted(parts.items())}
+    return out
+
+
+def shared_by(facts: Facts, groups: Sequence[Sequence[str]]
+              ) -> dict[str, dict[int, tuple[int, ...]]]:
+    """shared_files for any grouping of the branch (the draft's, or a model's), when its
+    history has an order to read; else none."""
+    if len(facts.paths) > EVIDENCE_LIMIT:
+        return {}
+    t = timeline(facts)
+    if len(t.units) < 2 or not ordered_history(facts, t, Scores(structure(facts), facts.paths)):
+        return {}
+    return shared_files(t, groups)
+
+
+def with_versions(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, ...]]],
+                  facts: Facts) -> list[Group]:
+    """The groups with each commit that has part of a shared file taking that file as the
+    last messy commit of its part left it (`versions`), so that its build and tests see the
+    work so far, as the messy branch did; the last commit takes the file whole."""
+    taken: dict[int, list[tuple[str, str]]] = {}
+    for path, commits in shared.items():
+        if control_character(path) or not_unicode(path, names=True):
+            continue  # a `versions` key names a file exactly
+        for number, messy in list(commits.items())[:-1]:
+            sha = facts.commits[max(messy)].sha
+            if sha:
+                taken.setdefault(number, []).append((path, sha))
+    return [replace(g, versions=tuple(taken[n])) if n in taken else g
+            for n, g in enumerate(groups, 1)]
+
+
+def for_a_model(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, ...]]],
+                hunks: dict[tuple[str, int], str]) -> list[Group]:
+    """The groups with each commit that has part of a shared file drafted as a hints commit
+    (no `paths`): its hints name its files, and that file's hunks (`hunks`: (path, commit) ->
+    the diff of that part), for a model to extract; the last commit keeps the file whole."""
+    parts: dict[int, list[str]] = {}
+    for path, commits in shared.items():
+        for number in list(commits)[:-1]:
+            parts.setdefault(number, []).append(path)
+    out = []
+    for number, group in enumerate(groups, 1):
+        if number not in parts:
+            out.append(group)
             continue
-        targets = [position[q] for q in d.deps[t] if q in position]
-        if targets:
-            later.setdefault(max(targets), []).append(t)
-        else:
-            loose.append(t)
-    for i, files in sorted(later.items()):
-        groups.append(files)
-        ranks.append(i + 0.5)
-    _support_first(groups, ranks, loose)
-    if loose:
-        groups.append(loose)
-        ranks.append(1e6)
-
-    docs = [p for p in d.paths if d.kinds[p] == "docs" and p not in position]
-    rest: list[str] = []
-    for p in docs:
-        homes = {position[q] for i in d.touch[p] for q in d.by_commit[i] if q in position}
-        only = all(any(q in position for q in d.by_commit[i]) for i in d.touch[p])
-        if len(homes) == 1 and only and d.touch[p]:
-            groups[homes.pop()].append(p)
-        else:
-            rest.append(p)
-    if rest:
-        groups.append(rest)
-        ranks.append(2e6)
-    ordered = order_groups(groups, ranks, d)
-    index = {p: i for i, p in enumerate(d.paths)}
-    return [sorted(g, key=index.__getitem__) for g in ordered if g]
+        extra = " ".join(f"From {sanitize_name(p)}, take only this part of its change (the "
+                         f"rest goes in a later commit):\n{hunks.get((p, number), '')}"
+                         for p in parts[number])
+        out.append(Group(group.paths, group.message, f"{group.hints}\n{extra}", group.kind,
+                         model=True))
+    return out
 
 
-# --- messages --------------------------------------------------------------------------------
-
-CONVENTIONAL = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|"
-                          r"revert)(\([^)]*\))?!?: \S")
-_WIP = re.compile(r"^\s*(wip|tmp|temp)\b[:\s-]*|[\s(:-]*\b(wip|tmp)\)?\s*$", re.IGNORECASE)
-THIN = {"more", "fix", "fixes", "fixed", "oops", "wip", "tmp", "again", "still", "try", "start",
-        "finish", "done", "tweak", "tweaks", "nit", "nits"}
-NOISE = re.compile(
-    r"^(fixup!|squash!|amend!|oops|typos?|fix(es|ed)?|fix (the |a )?(build|tests?|ci|lint|typos?"
-    r"|it|stuff|things|bug)|actually fix( it)?|more( \w+)? (stuff|things|changes|work)|stuff|"
-    r"changes|updates?|misc|minor|cleanup|clean up|tests?|docs?|wip|remove debug.*|debug.*|"
-    r"(address|apply) review.*|review.*|lint.*|format.*|fmt|merge\b.*|\W*)$", re.IGNORECASE)
-
-
-def conventional(subjects: Iterable[str]) -> bool:
-    """Whether a log uses conventional commits (at least half of its subjects)."""
-    listed = [s for s in subjects if s.strip()]
-    return bool(listed) and sum(bool(CONVENTIONAL.match(s)) for s in listed) * 2 >= len(listed)
-
-
-def _useful(subject: str) -> str | None:
-    subject = sanitize(subject)
-    text = _WIP.sub("", subject).strip()
-    if CONVENTIONAL.match(subject):
-        return subject.strip()
-    words = text.lower().split()
-    if NOISE.match(text) or len(words) < 3 or words[0] in THIN or words[-1] in THIN:
-        return None
-    return text
-
-
-def _names(paths: list[str]) -> str:
-    """Names for a message: a control character in a name is escaped, never written."""
-    shown = [sanitize_name(p) for p in paths]
-    if len(shown) <= 2:
-        return " and ".join(shown)
-    return f"{shown[0]}, {shown[1]} and {len(shown) - 2} more"
-
-
-def _kind_of_group(paths: list[str], d: Derived) -> str:
-    kinds = {d.kinds[p] for p in paths}
-    if kinds <= {"test"}:
-        return "test"
-    if kinds <= {"docs"}:
-        return "docs"
-    return "code"
-
-
-def _changes(paths: list[str], facts: Facts, d: Derived) -> str:
-    """`rename a to b; add c; update d`, leaving out the tests that come along."""
-    shown = [p for p in paths if d.kinds[p] != "test"] or paths
-    blobs = {c.path: (c.old_blob, c.new_blob) for c in facts.changes if c.path in shown}
-    parts: list[str] = []
-    renamed: set[str] = set()
-    for gone in (p for p in shown if d.status[p] == "D"):
-        for new in (p for p in shown if d.status[p] == "A" and p not in renamed):
-            if blobs[new][1] == blobs[gone][0] or new.rsplit("/", 1)[-1] == \
-                    gone.rsplit("/", 1)[-1]:
-                parts.append(f"rename {_names([gone])} to {_names([new])}")
-                renamed |= {gone, new}
-                break
-    for verb, status in (("add", "A"), ("remove", "D"), ("update", "M")):
-        files = [p for p in shown if d.status[p] == status and p not in renamed]
-        if files:
-            parts.append(f"{verb} {_names(files)}")
-    return "; ".join(parts[:2]) + (" and more" if len(parts) > 2 else "")
-
-
-def describe(paths: list[str], facts: Facts, d: Derived, style: bool,
-             tested: list[str] | None = None) -> str:
-    """A subject saying what changed, when no messy commit says it."""
-    group_kind = _kind_of_group(paths, d)
-    statuses = {d.status[p] for p in paths}
-    if group_kind == "test":
-        what = f"add tests for {_names(tested)}" if tested else f"update {_names(paths)}"
-        kind_word = "test"
-    elif group_kind == "docs":
-        what, kind_word = _changes(paths, facts, d), "docs"
-    else:
-        what = _changes(paths, facts, d)
-        configs = all(d.kinds[p] == "config" for p in paths)
-        kind_word = "build" if configs else "feat" if "A" in statuses else "refactor"
-    return f"{kind_word}: {what}" if style else what[0].upper() + what[1:]
-
-
-def message_for(paths: list[str], facts: Facts, d: Derived, style: bool,
-                tested: list[str] | None = None) -> tuple[str, str]:
-    """The group's message and hints."""
-    members = set(paths)
-    scored: list[tuple[int, int, str]] = []
-    sources: list[str] = []
-    for i, commit in enumerate(facts.commits):
-        inside = members.intersection(commit.paths)
-        if not inside:
-            continue
-        sources.append(commit.subject)
-        useful = _useful(commit.subject)
-        if useful and 2 * len(inside) >= len(set(commit.paths) & set(d.paths)):
-            scored.append((-len(inside), i, useful))
-    if scored:
-        subject = min(scored)[2]
-        if style and not CONVENTIONAL.match(subject):
-            group_kind = _kind_of_group(paths, d)
-            prefix = {"test": "test", "docs": "docs"}.get(group_kind) or \
-                ("feat" if "A" in {d.status[p] for p in paths} else "refactor")
-            subject = f"{prefix}: {subject[0].lower()}{subject[1:]}"
-        elif not style and not CONVENTIONAL.match(subject):  # `feat: x` keeps its case
-            subject = subject[0].upper() + subject[1:]
-    else:
-        subject = describe(paths, facts, d, style, tested)
-    quoted = ", ".join(f"'{sanitize(s)}'" for s in dict.fromkeys(sources))
-    listed = ", ".join(sanitize_name(p) for p in paths[:10]) + \
-        (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
-    hints = (f"Take {listed} as on the source branch"
-             + (f" (changed in the messy commits {quoted})" if quoted else "") + ".")
-    return subject, hints
-
-
-def draft(facts: Facts) -> list[Group]:
+def draft(facts: Facts) -> Draft:
     """The deterministic plan: file-exact groups, ordered, with messages."""
     d = derive(facts)
-    groups = group_files(facts)
+    grouping = group_files(facts)
+    ordered = order_groups(grouping.groups, grouping.ranks, d)
+    index = {p: i for i, p in enumerate(d.paths)}
+    ordered = [sorted(g, key=index.__getitem__) for g in ordered if g]
+    shared = shared_files(grouping.timeline, ordered) if grouping.timeline else {}
+    return Draft(_messages(facts, d, ordered), grouping.how,
+                 {p: tuple(commits) for p, commits in shared.items()})
+
+
+def _messages(facts: Facts, d: Derived, groups: list[list[str]]) -> list[Group]:
     style = conventional(facts.log_subjects if len(facts.log_subjects) >= 3
                          else (*facts.log_subjects, *(c.subject for c in facts.commits)))
     where = {p: i for i, g in enumerate(groups) for p in g}
@@ -485,5 +298,5 @@ def draft(facts: Facts) -> list[Group]:
         tested = [q for q in d.paths if needed and where.get(q) == max(needed) and
                   any(q in d.deps.get(t, ()) for t in group)]
         message, hints = message_for(group, facts, d, style, tested)
-        out.append(Group(tuple(group), message, hints, _kind_of_group(group, d)))
+        out.append(Group(tuple(group), message, hints, kind_of_group(group, d)))
     return out

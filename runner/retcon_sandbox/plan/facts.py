@@ -21,6 +21,8 @@ class Change:
 class MessyCommit:
     subject: str
     paths: tuple[str, ...]  # the paths it touched, as git names them
+    blobs: tuple[tuple[str | None, str | None], ...] = ()  # each path's before and after
+    sha: str = ""  # its commit id
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,12 @@ def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
         lines.append(f"{key} = {basic_string(value)}" if value else f'# {key} = "..."')
     for group in groups:
         lines += ["", "[[commit]]", f"message = {toml_string(spec_safe(group.message, True))}",
-                  f"hints = {toml_string(spec_safe(group.hints, False))}",
-                  "paths = [" + ", ".join(basic_string(path_pattern(p)) for p in group.paths)
-                  + "]",
-                  "history = []"]
+                  f"hints = {toml_string(spec_safe(group.hints, False))}"]
+        if not group.model:  # a model extracts a hints commit: no `paths`
+            lines.append("paths = [" + ", ".join(basic_string(path_pattern(p))
+                                                 for p in group.paths) + "]")
+        if group.versions:  # its part of files a later commit takes whole
+            lines.append("versions = { " + ", ".join(f"{basic_string(p)} = {basic_string(c)}"
+                                                     for p, c in group.versions) + " }")
+        lines.append("history = []")
     return "\n".join(lines) + "\n"

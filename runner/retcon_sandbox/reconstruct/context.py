@@ -123,6 +123,7 @@ class Run:
     handover: Warming | None = None  # the preflight's sandbox, for the first commit to take
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
+    _entries_at: dict[str, dict[str, TreeEntry]] = field(default_factory=dict)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -145,13 +146,33 @@ class Run:
             self._source_entries = self.repo.ls_tree(self.repo.tree_of(self.source))
         return self._source_entries
 
+    def entries_at(self, commit: str) -> dict[str, TreeEntry]:
+        if commit not in self._entries_at:
+            self._entries_at[commit] = self.repo.ls_tree(self.repo.tree_of(commit))
+        return self._entries_at[commit]
+
+    def versions(self, commit: CommitSpec, tree: str) -> dict[str, TreeEntry | None]:
+        """The files `commit` takes as a commit of the source branch had them (`versions`),
+        those that differ from `tree`: path -> that commit's entry (None: it had no such file)."""
+        if not commit.versions:
+            return {}
+        now = self.repo.ls_tree(tree)
+        wanted = {path: self.entries_at(sha).get(path) for path, sha in commit.versions}
+        return {path: entry for path, entry in wanted.items() if now.get(path) != entry}
+
     def provenance(self, commit: CommitSpec) -> Provenance:
         """The paths this logical commit's commits gave content found in neither the base nor
-        the source (see `provenance`)."""
+        the source (see `provenance`); a file it takes at a version is judged against that
+        version."""
         if self._base_entries is None:
             self._base_entries = self.repo.ls_tree(self.repo.tree_of(self.base))
         made = [sha for sha in commits_created(commit.history) if self.repo.exists(sha)]
-        return provenance.of_commits(self.repo, made, self._base_entries, self.source_entries())
+        theirs = dict(self.source_entries())
+        for path, sha in commit.versions:
+            entry = self.entries_at(sha).get(path)
+            if entry is not None:
+                theirs[path] = entry
+        return provenance.of_commits(self.repo, made, self._base_entries, theirs)
 
     @contextlib.contextmanager
     def sandbox(self, label: str, number: int | None = None, warming: Warming | None = None

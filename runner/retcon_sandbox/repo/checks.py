@@ -158,3 +158,21 @@ def path_patterns(repo: Repo, spec: Spec, tip: str, source: str) -> None:
                  "(a branch left by an earlier run? delete it to start over). " if exists else "")
                 + f"Check the spelling; `git diff --name-only {listing}` lists the paths. "
                 "Patterns use git's glob rules: `docs/**`, `*.md`, `src/**/test_*.py`.")
+
+
+def versions(repo: Repo, spec: Spec, source: str, base: str) -> None:
+    """Every `versions` commit still to take is a commit of the source branch since the
+    merge-base: a spec cannot bring in content from anywhere else."""
+    for commit in spec.commits:
+        if not isinstance(next_step(commit.history), Fresh | Extract):
+            continue
+        for path, sha in commit.versions:
+            if repo.exists(sha) and repo.is_ancestor(sha, source) and \
+                    not repo.is_ancestor(sha, base):
+                continue
+            raise SpecError(
+                f"{spec.path.name}: [[commit]] #{commit.number} → versions → {path!r}: "
+                f"{sha[:12]} is not a commit of {spec.source} since its merge-base with "
+                f"{spec.remote}", "Give one of the commits `git log --format=%H "
+                f"{spec.remote}..{spec.source}` lists, or remove the entry to take the file "
+                "whole from the source.")

@@ -116,23 +116,29 @@ class Repo:
 
     def _git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
              strip: bool = True) -> str:
+        return str(self._run(args, stdin, env, strip, True))
+
+    def _run(self, args: tuple[str, ...], stdin: bytes | None, env: dict[str, str] | None,
+             strip: bool, text: bool) -> str | bytes:
         command = ["git", *NO_PROGRAMS, *args]
         full_env = {**os.environ, **(env or {})}
         try:
             if stdin is None:
-                out = self._repo.git.execute(command, env=full_env, strip_newline_in_stdout=strip)
+                out = self._repo.git.execute(command, env=full_env, strip_newline_in_stdout=strip,
+                                             stdout_as_string=text)
             else:
                 with tempfile.TemporaryFile() as handle:
                     handle.write(stdin)
                     handle.seek(0)
                     out = self._repo.git.execute(command, env=full_env, istream=handle,
-                                                 strip_newline_in_stdout=strip)
+                                                 strip_newline_in_stdout=strip,
+                                                 stdout_as_string=text)
         except git.exc.GitCommandError as exc:
             detail = (exc.stderr or "").strip().removeprefix("stderr: ").strip("'\n ")
             raise GitError(f"git {args[0]} failed: {detail or exc}") from None
         except LIBRARY_ERRORS as exc:  # git not runnable, a temporary file not writable
             raise GitError(f"git {args[0]} failed: {_first_line(exc)}") from None
-        return str(out)
+        return out if isinstance(out, str | bytes) else str(out)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -678,6 +684,30 @@ class Repo:
             notes[name] = sha
         return notes
 
+    def small_blobs(self, shas: list[str], limit: int) -> dict[str, bytes]:
+        """The content of each blob of `shas` of at most `limit` bytes (the others, and what is
+        not a blob, left out): two git calls however many, not one round trip each."""
+        wanted = list(dict.fromkeys(shas))
+        if not wanted:
+            return {}
+        checked = self._git("cat-file", "--batch-check", stdin="\n".join(wanted).encode() + b"\n")
+        small = [line.split()[0] for line in checked.splitlines()
+                 if len(line.split()) == 3 and line.split()[1] == "blob"
+                 and int(line.split()[2]) <= limit]
+        if not small:
+            return {}
+        raw = self._run(("cat-file", "--batch"), "\n".join(small).encode() + b"\n", None,
+                        False, False)
+        data = raw if isinstance(raw, bytes) else raw.encode()
+        out: dict[str, bytes] = {}
+        at = 0
+        for sha in small:
+            end = data.index(b"\n", at)
+            size = int(data[at:end].split()[2])
+            out[sha] = data[end + 1:end + 1 + size]
+            at = end + 1 + size + 1
+        return out
+
     def small_blob(self, sha: str, limit: int) -> bytes | None:
         """A blob's content, or None when it is larger than `limit` bytes (or not a blob)."""
         try:
@@ -755,6 +785,35 @@ class Repo:
                 found.append((path, status, None if parts[2] == ZERO else parts[2],
                               None if parts[3] == ZERO else parts[3]))
         return found
+
+    def commit_changes(self, tip: str, base: str
+                       ) -> list[tuple[str, str, list[tuple[str, str, str | None, str | None]]]]:
+        """(id, subject, diff_entries against its first parent) of each commit in base..tip,
+        oldest first: two git calls, however many commits."""
+        out = self._git("log", "--reverse", "-z", "--format=%H %P%x01%s", "--end-of-options",
+                        f"{base}..{tip}", strip=False)
+        commits = [(head.split(" "), subject) for record in out.split("\0") if record
+                   for head, _, subject in [record.partition("\x01")]]
+        pairs = "".join(f"{ids[0]} {ids[1]}\n" for ids, _ in commits if len(ids) > 1)
+        raw = self._git("diff-tree", "--stdin", "-r", "-z", "--no-renames",
+                        stdin=pairs.encode(), strip=False) if pairs else ""
+        entries: dict[str, list[tuple[str, str, str | None, str | None]]] = {}
+        current: list[tuple[str, str, str | None, str | None]] = []
+        fields = raw.split("\0")
+        i = 0
+        while i < len(fields):
+            field = fields[i]
+            if field.startswith(":") and i + 1 < len(fields):
+                parts = field.lstrip(":").split()
+                status = parts[4][:1] if parts[4][:1] in "AD" else "M"
+                current.append((fields[i + 1], status, None if parts[2] == ZERO else parts[2],
+                                None if parts[3] == ZERO else parts[3]))
+                i += 2
+                continue
+            if field:
+                current = entries.setdefault(field, [])
+            i += 1
+        return [(ids[0], subject, entries.get(ids[0], [])) for ids, subject in commits]
 
     def touched_paths(self, commit: str) -> list[str]:
         """The paths a commit changed against its first parent (none for a merge's other

@@ -27,7 +27,7 @@ from typing import Any
 
 from retcon_sandbox.errors import ConcurrentEditError, LockedError, SpecError
 from retcon_sandbox.outfile import unwritable
-from retcon_sandbox.paths import PathRefused, pattern
+from retcon_sandbox.paths import PathRefused, pattern, repo_path
 from retcon_sandbox.spec import tomltext
 from retcon_sandbox.spec.history import (
     BY_KEY,
@@ -46,7 +46,8 @@ from retcon_sandbox.spec.settings import DEFAULTS, SandboxSettings, SettingError
 
 BOM = "\ufeff"
 TOP_KEYS = ("source", "remote", "cleaned", "sandbox", "model", "commit")
-COMMIT_KEYS = ("message", "hints", "paths", "history")
+COMMIT_KEYS = ("message", "hints", "paths", "versions", "history")
+COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class CommitSpec:
     hints: str
     paths: tuple[str, ...] | None
     history: tuple[Entry, ...]
+    # files taken as a commit of the source branch had them (the work so far), not whole
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def subject(self) -> str:
@@ -284,7 +287,33 @@ class _Validator:
         entries = tuple(self.entry(e, f"{where}history[{j}]") for j, e in enumerate(history))
         for problem in sequence_problems(entries):
             raise self.fail(where + problem.split(":")[0], problem.split(": ", 1)[1])
-        return CommitSpec(number, message, hints, paths, entries)
+        return CommitSpec(number, message, hints, paths, entries,
+                          self.versions(table, where, paths is not None))
+
+    def versions(self, table: dict[str, Any], where: str, paths: bool
+                 ) -> tuple[tuple[str, str], ...]:
+        """`versions = { "path" = "<commit>" }`: each file as that commit of the source branch
+        has it (a later commit takes it whole); with `paths` only, for no model is asked."""
+        raw = table.get("versions")
+        if raw is None:
+            return ()
+        if not isinstance(raw, dict) or not raw:
+            raise self.fail(where + "versions", 'expected a table of paths and commit ids, '
+                            'e.g. { "src/a.py" = "<40 hex digits>" }')
+        if not paths:
+            raise self.fail(where + "versions", "needs `paths` beside it: a commit the model "
+                            "extracts takes what its hints say")
+        out = []
+        for path, commit in raw.items():
+            try:
+                exact = repo_path(path)
+            except PathRefused as exc:
+                raise self.fail(f"{where}versions → {path!r}", str(exc)) from None
+            if not isinstance(commit, str) or not COMMIT_ID.fullmatch(commit):
+                raise self.fail(f"{where}versions → {path!r}", "expected a full commit id "
+                                "(40 or 64 lower-case hex digits) of the source branch")
+            out.append((exact, commit))
+        return tuple(out)
 
     def entry(self, raw: Any, where: str) -> Entry:
         bare = [k.key for k in KINDS if k.bare]

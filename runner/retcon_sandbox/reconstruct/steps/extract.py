@@ -65,12 +65,17 @@ def owed(run: Run, commit: CommitSpec, state: WorkState, held_by: int | None) ->
 def take_paths(run: Run, commit: CommitSpec, state: WorkState) -> CommitSpec:
     assert commit.paths is not None
     patterns = Patterns(commit.paths)
-    changed = [p for p in run.repo.changed_paths(state.tree(), run.source) if patterns.matches(p)]
-    if not changed:
+    versioned = dict(commit.versions)
+    changed = [p for p in run.repo.changed_paths(state.tree(), run.source)
+               if patterns.matches(p) and p not in versioned]
+    versions = run.versions(commit, state.tree())
+    if not changed and not versions:
         return nothing_left(run, commit, "none of its paths (" + ", ".join(commit.paths) +
                             ") differ from the source branch any more")
-    run.report.emit("taking_paths", number=commit.number, paths=changed)
+    run.report.emit("taking_paths", number=commit.number, paths=[*changed, *versions])
     take_from_source(run, state, changed)
+    for path, entry in versions.items():  # as a commit of the source branch had it
+        state.put(path, entry)
     commit, sha = run.make_commit(commit, state, commit.message)
     run.report.emit("creating_commit", number=commit.number, sha=sha)
     return commit
