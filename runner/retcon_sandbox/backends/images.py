@@ -93,7 +93,7 @@ def heartbeat(say: Progress, what: str, every: float = HEARTBEAT_S) -> Iterator[
 class ImageDef:
     name: str
     parent: str | None  # another ImageDef's name, or None for the Debian base
-    holds: str  # what is in it, for `images list` and the README
+    holds: str  # what is in it, for `images list` and docs/security.md
 
     @property
     def repository(self) -> str:

@@ -1,6 +1,6 @@
 """The `[sandbox]` settings, each defined once: its key, how its value is parsed and checked,
 its default, and what it means. The spec validates against this table, the backends read the
-resulting `SandboxSettings`, and the README's table is checked against it by a test.
+resulting `SandboxSettings`, and docs/spec.md's table is checked against it by a test.
 
 Parsing is strict: sizes need a unit, every limit has a floor and a ceiling, zero and negative
 values are refused (no setting can switch a limit off), and values reach Docker as numbers, never
@@ -136,7 +136,7 @@ class Setting:
     parse: Callable[[object], Any]
     default: Any
     meaning: str
-    shown: str = ""  # the default as the README shows it
+    shown: str = ""  # the default as docs/spec.md shows it
 
 
 SETTINGS: tuple[Setting, ...] = (

@@ -60,17 +60,17 @@ def find(output: str) -> Missing | None:
 
 
 def recipe(ecosystem: str, files: Iterable[str]) -> str:
-    """The README's `[sandbox] setup` recipe for the ecosystem, chosen by the tree's top-level
-    files: `files` are the paths of the tree."""
+    """The `[sandbox] setup` recipe (docs/setup.md) for the ecosystem, chosen by the tree's
+    top-level files: `files` are the paths of the tree."""
     top = {path for path in files if "/" not in path}
     if ecosystem == "rust":
-        return 'setup = ["cargo fetch"]  # README recipe: cargo (build and test with --offline)'
+        return 'setup = ["cargo fetch"]  # recipe: cargo (build and test with --offline)'
     if ecosystem == "node":
-        return 'setup = ["npm ci"]  # README recipe: npm (with image = "retcon-sandbox/node")'
+        return 'setup = ["npm ci"]  # recipe: npm (with image = "retcon-sandbox/node")'
     if "requirements.txt" in top and not top & {"pyproject.toml", "setup.py", "setup.cfg"}:
-        return 'setup = ["pip install -r requirements.txt"]  # README recipe: pip'
+        return 'setup = ["pip install -r requirements.txt"]  # recipe: pip'
     extra = "[test]" if "pyproject.toml" in top or "setup.cfg" in top else ""
-    return (f'setup = ["pip install -e .{extra}"]  # README recipes: setuptools-scm, pip, uv '
+    return (f'setup = ["pip install -e .{extra}"]  # recipes: setuptools-scm, pip, uv '
             "(name the extra that holds the test dependencies, if any)")
 
 
@@ -102,7 +102,7 @@ def judge(failure: str | None, setup: tuple[str, ...], files: Iterable[str],
         return ConfigError(
             f"{said}\nEvery commit fails the same way: the run stops before asking for a fix.",
             f"Install the project's dependencies with [sandbox] setup, e.g.\n    [sandbox]\n    "
-            f"{recipe(missing.ecosystem, files)}\n(README: Prepared environments, Recipes), "
+            f"{recipe(missing.ecosystem, files)}\n(docs/setup.md: Recipes), "
             "then rerun: the first commit is verified again. If the failure is expected, rerun "
             "with --no-base-check.")
     return ConfigError(
