@@ -19,6 +19,7 @@ comes first (plan/order.py). Messages: plan/messages.py.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -207,16 +208,18 @@ def _role_ranks(groups: list[list[str]], roles: dict[str, str], paths: Sequence[
 
 def shared_files(t: Timeline, groups: Sequence[Sequence[str]]
                  ) -> dict[str, dict[int, tuple[int, ...]]]:
-    """Files that messy commits finishing two or more drafted commits changed: path -> each of
-    those commits (1-based) -> the messy commits (indices) that changed the file for it. The
-    file goes whole in the last, its own."""
+    """Files that messy commits of two or more drafted commits changed: path -> each of those
+    commits (1-based) -> the messy commits (indices) that changed the file for it. A messy
+    commit belongs to the drafted commit of the next files finished (it or a later one did the
+    work). The file goes whole in the last, its own."""
     home = {p: i for i, g in enumerate(groups) for p in g}
-    unit_of = dict(zip(t.unit_commits, t.units, strict=True))
     out: dict[str, dict[int, tuple[int, ...]]] = {}
     for p, commits in t.touched.items():
         parts: dict[int, list[int]] = {}
         for c in commits:
-            for g in {home[q] for q in unit_of.get(c, ())}:
+            after = bisect.bisect_left(t.unit_commits, c)
+            if after < len(t.units):
+                g = home[t.units[after][0]]
                 if g <= home[p]:
                     parts.setdefault(g + 1, []).append(c)
         if len(parts) > 1:
@@ -277,8 +280,8 @@ def for_a_model(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, 
 
 def draft(facts: Facts) -> Draft:
     """The deterministic plan: file-exact groups, ordered, with messages."""
-    d = derive(facts)
     grouping = group_files(facts)
+    d = derive(facts, grouping.timeline.touched if grouping.timeline else None)
     ordered = order_groups(grouping.groups, grouping.ranks, d)
     index = {p: i for i, p in enumerate(d.paths)}
     ordered = [sorted(g, key=index.__getitem__) for g in ordered if g]
