@@ -179,6 +179,18 @@ def test_a_test_comes_after_its_module_by_name_and_after_its_fixtures() -> None:
                                               where["tests/conftest.py"])
 
 
+def test_a_test_done_after_its_module_was_changed_keeps_the_history_order() -> None:
+    """The module was changed before the test was done: the test's commit takes the module as
+    the messy branch had it then (versions), so time, not the name, orders them."""
+    f = facts({"tests/test_cart.py": "M", "shop/cart.py": "M"},
+              [("Start rounding the cart's totals", ["shop/cart.py"]),
+               ("Test the rounding of totals", ["tests/test_cart.py"]),
+               ("Round totals half to even", ["shop/cart.py"])])
+    t = timeline(f)
+    assert derive(f, t.touched).deps["tests/test_cart.py"] == set()
+    assert derive(f).deps["tests/test_cart.py"] == {"shop/cart.py"}
+
+
 # --- size and scale ----------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import heapq
 import posixpath
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from retcon_sandbox.plan.facts import Facts
@@ -24,9 +25,12 @@ class Derived:
     stops: dict[str, set[str]]  # deleted path -> changed paths that imported it at base
 
 
-def derive(facts: Facts) -> Derived:
-    """What orders the commits: what each file starts to need at the source (and a test's
-    module by name, and its fixtures), and the importers of each deleted file at the base."""
+def derive(facts: Facts, touched: Mapping[str, Sequence[int]] | None = None) -> Derived:
+    """What orders the commits: what each file starts to need at the source (a test, the
+    module it is named for and its fixtures too), and the importers of each deleted file at
+    the base. `touched` (the messy commits that changed each file): a test's module or
+    fixture that the messy branch had changed before the test was done is no need: the test's
+    commit takes it as the branch had it then (see draft.with_versions)."""
     paths = facts.paths
     changed = set(paths)
     status = {c.path: c.status for c in facts.changes}
@@ -41,7 +45,8 @@ def derive(facts: Facts) -> Derived:
     base_tree = frozenset(facts.source_files | deleted)
     defined = {p: _defines(facts.base_texts.get(p), facts.texts.get(p)) for p in present}
     deps = {p: _needs(p, facts, present, base_tree, status, defined) |
-            (_tested(p, named, fixtures) if kinds[p] == "test" else set()) for p in paths}
+            (_tested(p, named, fixtures, touched) if kinds[p] == "test" else set())
+            for p in paths}
     stops: dict[str, set[str]] = {d: set() for d in deleted}
     for p, text in facts.base_texts.items():
         if p in changed:
@@ -79,12 +84,18 @@ def _needs(p: str, facts: Facts, present: set[str], base_tree: frozenset[str],
     return {q for q in imported if status[q] == "A" or q not in before or defined[q] & used}
 
 
-def _tested(test: str, named: dict[str, set[str]], fixtures: set[str]) -> set[str]:
+def _tested(test: str, named: dict[str, set[str]], fixtures: set[str],
+            touched: Mapping[str, Sequence[int]] | None) -> set[str]:
     """What a test needs besides its imports: the module it is named for, and the pytest
-    fixtures (`conftest.py`) of its folder and the folders above."""
+    fixtures (`conftest.py`) of its folder and the folders above; but not one the messy branch
+    had already changed by the test's last change."""
     folders = {"/".join(test.split("/")[:n]) for n in range(test.count("/") + 1)}
-    return named.get(name_key(test), set()) | \
+    wanted = named.get(name_key(test), set()) | \
         {f for f in fixtures if f != test and posixpath.dirname(f) in folders}
+    if touched is None or not touched.get(test):
+        return wanted
+    done = max(touched[test])
+    return {m for m in wanted if not touched.get(m) or min(touched[m]) > done}
 
 
 def order_groups(groups: list[list[str]], ranks: list[float], d: Derived) -> list[list[str]]:
