@@ -3,11 +3,12 @@ does the draft reach a complete run, every commit built and tested, and the tree
 
     python3 bench/plan_execute.py [--mirrors DIR] [--mode sequential] [--only TEXT]
 
-Each range is first checked at its last real commit with its project's own setup and tests
-(bench/plan_ranges.toml; `retcon-sandbox verify`): a range whose tests do not pass there cannot
-say anything of the draft and is listed as such. Then its messy branch is planned (the guessed
-test command replaced by the project's), executed, and the outcome printed: complete with the
-tree check, or the commit and phase that failed (what the draft could not make buildable).
+Each range is first checked at its first and last real commit with its project's own setup and
+tests (bench/plan_ranges.toml; `retcon-sandbox verify`): a range whose tests fail at either
+cannot say anything of the draft and is listed as such. Then its messy branch is planned (the
+guessed test command replaced by the project's), executed, and the outcome printed: complete
+with the tree check, or the commit, the phase and the first test that failed (what the draft
+could not make buildable).
 Slow (real builds and tests): minutes per range. Nothing is asserted.
 """
 
@@ -72,18 +73,23 @@ def with_commands(spec: str, r: Range) -> str:
     return head + sandbox_section(r) + body
 
 
-def tip_passes(repo: Path, r: Range) -> bool:
+def runs_here(repo: Path, r: Range) -> bool:
+    """Whether the range's tests pass at its first and last commit: else no draft can pass
+    them at every commit (a base without `tests/`, code this Python cannot run)."""
     spec = repo / "tip.toml"
     spec.write_text('source = "feature"\nremote = "main"\ncleaned = "tip-clean"\n\n'
                     + sandbox_section(r) + '\n[[commit]]\nmessage = "all"\nhints = "all"\n')
-    return run(["verify", "feature", "--spec", str(spec)], repo).returncode == 0
+    return all(run(["verify", rev, "--spec", str(spec)], repo).returncode == 0
+               for rev in ("feature", "main"))
 
 
 def failure(out: str) -> str:
     commit = re.findall(r"^Commit (\d+)/(\d+)", out, re.MULTILINE)
     phase = re.findall(r"^\s+(Building|Tests)\.\.\. FAIL", out, re.MULTILINE)
     where = f"#{commit[-1][0]}/{commit[-1][1]}" if commit else "?"
-    return f"failed at {where} ({phase[-1].lower() if phase else 'stopped'})"
+    first = re.search(r"^\s*(?:FAILED|ERROR) (\S+)", out, re.MULTILINE)
+    return f"failed at {where} ({phase[-1].lower() if phase else 'stopped'})" + \
+        (f": {first.group(1)[:80]}" if first else "")
 
 
 def gold_spec(r: Range, mirror: Path, repo: Path) -> str:
@@ -100,10 +106,10 @@ def gold_spec(r: Range, mirror: Path, repo: Path) -> str:
 def measure(r: Range, mode: str, mirror: Path, tmp: Path, tips: dict[str, bool],
             use_gold: bool) -> Outcome:
     repo = build(tmp / f"{r.name.replace('/', '+')}-{mode}", mirror, r, messify(mirror, r, mode))
-    if r.name not in tips:  # the same tree whatever the mode
-        tips[r.name] = tip_passes(repo, r)
+    if r.name not in tips:  # the same trees whatever the mode
+        tips[r.name] = runs_here(repo, r)
     if not tips[r.name]:
-        return Outcome(r.name, mode, 0, "tip fails: its tests cannot run here")
+        return Outcome(r.name, mode, 0, "its tests fail at its first or last commit here")
     spec = repo / "spec.toml"
     if use_gold:
         spec.write_text(gold_spec(r, mirror, repo))
@@ -145,11 +151,11 @@ def main() -> None:
                 o = measure(r, mode, mirror, Path(tmp), tips, args.gold)
                 outcomes.append(o)
                 print(f"| {o.range} | {o.mode} | {o.commits} | {o.result} |", flush=True)
-    runnable = [o for o in outcomes if not o.result.startswith("tip fails")]
+    runnable = [o for o in outcomes if not o.result.startswith("its tests fail")]
     complete = sum(o.result.startswith("complete") for o in runnable)
     print(f"\n{complete} of {len(runnable)} runnable drafts complete with the tree check "
-          f"({len(outcomes) - len(runnable)} ranges whose tests do not pass at their tip left "
-          "out).")
+          f"({len(outcomes) - len(runnable)} drafts of ranges whose tests fail at their first or "
+          "last commit left out).")
 
 
 if __name__ == "__main__":
