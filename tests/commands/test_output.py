@@ -34,7 +34,7 @@ RUN_EVENTS = {"spec", "override", "warning", "reaped", "branch_created", "branch
               "setup_pruned", "setup_cache_pruned", "setup_cache_disk", "base_check",
               "git_metadata", "preflight",
               # plan: about the whole branch (plan_commit carries its number)
-              "plan_start", "plan_model", "plan_written", "plan_check",
+              "plan_start", "plan_model", "plan_written", "plan_check", "plan_shared",
               # the commands beside execute and verify: about images, containers, the demo
               "image", "image_built", "image_bootstrapped", "images_pruned", "clean", "demo",
               "environments_exported", "environments_imported",

@@ -86,17 +86,19 @@ def from_context(env: Mapping[str, str], name: str) -> Endpoint:
 def select(env: Mapping[str, str] | None = None, given: str | None = None) -> Endpoint:
     """The engine the docker CLI would use, with the environment docker.from_env needs; or the
     one `given` by `--engine`: a host (`unix://`, `tcp://`, `ssh://`) or a context's name."""
-    env = os.environ if env is None else env
-    if given:
-        endpoint = from_option(env, given)
-    elif env.get("DOCKER_HOST"):
-        endpoint = Endpoint(env["DOCKER_HOST"], "DOCKER_HOST", dict(env))
-    else:
-        name = current_context(env)
-        endpoint = from_context(env, name) if name else Endpoint(DEFAULT_HOST, "default",
-                                                                 dict(env))
+    endpoint = locate(os.environ if env is None else env, given)
     check_transport(endpoint)
     return endpoint
+
+
+def locate(env: Mapping[str, str], given: str | None = None) -> Endpoint:
+    """Where the engine is, before asking whether it can be reached."""
+    if given:
+        return from_option(env, given)
+    if env.get("DOCKER_HOST"):
+        return Endpoint(env["DOCKER_HOST"], "DOCKER_HOST", dict(env))
+    name = current_context(env)
+    return from_context(env, name) if name else Endpoint(DEFAULT_HOST, "default", dict(env))
 
 
 def from_option(env: Mapping[str, str], given: str) -> Endpoint:
@@ -113,8 +115,15 @@ def select_all(given: Sequence[str], env: Mapping[str, str] | None = None) -> li
     use when none is given."""
     if not given:
         return [select(env)]
-    unique = list(dict.fromkeys(given))
-    return [select(env, one) for one in unique]
+    return [select(env, one) for one in dict.fromkeys(given)]
+
+
+def hosts(given: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """The hosts select_all would reach, without needing their transport installed."""
+    env = os.environ if env is None else env
+    if not given:
+        return [locate(env).host]
+    return [locate(env, one).host for one in dict.fromkeys(given)]
 
 
 def describe_all(endpoints: Sequence[Endpoint]) -> str:

@@ -401,8 +401,8 @@ def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> str:
         return "warm"
     from retcon_sandbox.backends import engines
 
-    hosts = [endpoint.host for endpoint in engines.select_all(engine_given)]
-    return "off" if any(host.startswith("ssh://") for host in hosts) else "warm"
+    ssh = any(host.startswith("ssh://") for host in engines.hosts(engine_given))
+    return "off" if ssh else "warm"
 
 
 def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
