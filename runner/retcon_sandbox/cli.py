@@ -448,9 +448,13 @@ def _images(sub: argparse._SubParsersAction[_Parser]) -> None:
         action.add_argument("file", metavar="FILE", help="the export's file")
         action.add_argument("--repo", metavar="DIR",
                             help="the repository (default: the current directory's)")
-    for action in (build, bootstrap, listing, prune, tag, export, load):
+    for action in (build, bootstrap, listing, prune, tag):
         action.add_argument("--json", action="store_true",
                             help="one JSON event per image on stdout")
+    for action in (export, load):
+        action.add_argument("--json", action="store_true",
+                            help="one JSON event on stdout, naming the file's environments "
+                            "and base images")
     p.set_defaults(command="images")
 
 
