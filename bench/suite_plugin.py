@@ -56,7 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
             _STATE["usage"] = usage if usage.exists() else own / "cpu.stat"
         except OSError:
             pass
-    handle: IO[str] = open(Path(out) / f"{worker}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+    handle: IO[str] = open(Path(out) / f"{worker}.jsonl", "a", buffering=1,  # noqa: SIM115
+                           encoding="utf-8")  # a line at a time: a run cut short still tells
     _STATE["out"] = handle
 
 
