@@ -92,6 +92,7 @@ def test_a_note_typed_on_a_terminal_that_is_not_utf8_is_recorded(tmp_path: Path)
     demo.spec.write_text(text.replace(
         first, 'history = ["started", { stuck = "help \\u001b[2J me" }]\n' + first, 1))
     result = cli_at_terminal("execute", str(demo.spec), "--sandbox", "local",
+                             "--build", "true", "--test", "true",  # the note matters, not tests
                              typed=b"caf\xe9\n")
     assert result.code == 0, result.out + result.err
     assert "Type a resolution note" in result.out and "\x1b" not in result.out
