@@ -354,7 +354,7 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
     tag = images.ensure(engine, settings.image or images.default_image(), say,
                         allow_pull=access.allow_pull)
     if spec_image is not None and settings.image == spec_image:
-        from retcon_sandbox.backends.environments import check_spec_image, repository_scope
+        from retcon_sandbox.backends.preparer import check_spec_image, repository_scope
 
         check_spec_image(engine, tag, repository_scope(repo) if repo is not None else None)
     proxy = None  # setup's egress proxy and the package cache's root containers run from our

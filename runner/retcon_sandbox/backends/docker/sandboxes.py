@@ -146,7 +146,7 @@ class DockerSandbox(HelperSandbox):
     def owned_files(self, timeout: float) -> int | None:
         """How many files, folders and links outside the tmpfs mounts belong to the commands'
         uid or group: setup runs as that uid without capabilities, so everything it makes
-        does (see `Environments._within_files`). None when that cannot be told: a folder of
+        does (see `Preparer._within_files`). None when that cannot be told: a folder of
         theirs the uid cannot read (the engine's own count is asked then)."""
         result = self.run(OWNED_FILES, timeout)
         text = result.output.strip()
