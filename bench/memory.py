@@ -29,9 +29,9 @@ MIB = 1 << 20
 COPY = """
 import resource, sys
 from pathlib import Path
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.workspace import sandbox_tree
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS
@@ -53,7 +53,7 @@ print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
 DOCKER_CP = """
 import resource, sys
 from pathlib import Path
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS

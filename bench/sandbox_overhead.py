@@ -36,15 +36,10 @@ from pathlib import Path
 from verify import cpu_ticks  # bench/verify.py, beside this script
 
 from retcon_sandbox.archive import of_bytes
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import (
-    COMMAND_UID,
-    GID,
-    DockerBackend,
-    python_argv,
-    supervisor_argv,
-)
+from retcon_sandbox.backends.docker.sandboxes import COMMAND_UID, GID, python_argv, supervisor_argv
 from retcon_sandbox.backends.workspace import sandbox_tree
 from retcon_sandbox.repo import demo as demo_project
 from retcon_sandbox.repo.gitrepo import Repo

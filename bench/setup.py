@@ -29,9 +29,9 @@ import time
 import uuid
 from pathlib import Path
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS
 

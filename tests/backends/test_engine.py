@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from retcon_sandbox.backends import engines
+from retcon_sandbox.backends.docker import engines
 from retcon_sandbox.backends.docker.engine import DockerEngine, EngineError
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import Demo, cli, git

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.backends import engines
+from retcon_sandbox.backends.docker import engines
 from retcon_sandbox.errors import SandboxError
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.backends.docker.preparer import host_ca_bundle
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.backends.envkeys import (
     DEFAULT_INPUTS,
@@ -25,7 +26,6 @@ from retcon_sandbox.backends.envkeys import (
     unmatched_inputs,
 )
 from retcon_sandbox.backends.local import LocalBackend
-from retcon_sandbox.backends.preparer import host_ca_bundle
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError, UsageError
 from retcon_sandbox.paths import Patterns

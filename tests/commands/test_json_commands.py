@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from tests.conftest import cli, git
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.spec.settings import DEFAULTS
 
 

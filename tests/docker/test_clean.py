@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from retcon_sandbox.backends import images, liveness
+from retcon_sandbox.backends.docker import images, liveness
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import ImageError
 from retcon_sandbox.repo import demo as demo_project

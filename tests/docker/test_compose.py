@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from retcon_sandbox import __version__
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import ROOT, building_from_root, exclusive
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine, engine_version
 
 

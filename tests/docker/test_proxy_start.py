@@ -11,9 +11,10 @@ from contextlib import contextmanager
 import pytest
 
 from retcon_sandbox import deadlines
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend, _wait_listening
+from retcon_sandbox.backends.docker.sandboxes import _wait_listening
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.resources import keeper_source
 

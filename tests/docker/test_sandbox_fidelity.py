@@ -10,10 +10,11 @@ import contextlib
 import io
 from pathlib import Path
 
-from retcon_sandbox.backends import hostaccess, images
+from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.repo.gitrepo import Repo

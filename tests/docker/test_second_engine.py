@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from retcon_sandbox.backends import engines, images
+from retcon_sandbox.backends.docker import engines, images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import Demo, cli, make_demo

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+from retcon_sandbox.backends.docker.images import LABEL_ENV_SCOPE
+from retcon_sandbox.backends.docker.preparer import repository_scope
 from retcon_sandbox.backends.envkeys import scope_digest
-from retcon_sandbox.backends.images import LABEL_ENV_SCOPE
-from retcon_sandbox.backends.preparer import repository_scope
 from retcon_sandbox.repo.gitrepo import Repo
 from tests.conftest import cli
 from tests.docker.test_setup import RUN, events, make_project, prepared

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import CLI, cli, git, make_demo
 from tests.docker.conftest import ours
@@ -131,7 +131,7 @@ def test_passed_variables_reach_the_key_by_hmac_only(engine: DockerEngine, tmp_p
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
 
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+    from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.spec.settings import DEFAULTS
 
     def environment(env: dict[str, str]) -> str:

@@ -11,11 +11,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from retcon_sandbox import threads
 from retcon_sandbox.archive import TarStream, spooled
-from retcon_sandbox.backends.api import Backend, Sandbox
+from retcon_sandbox.backends.api import Backend, Preparation, Sandbox
 from retcon_sandbox.backends.envkeys import (
     DEFAULT_INPUTS,
     GIT_METADATA,
@@ -29,9 +28,6 @@ from retcon_sandbox.paths import Patterns
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter
 from retcon_sandbox.spec.settings import SandboxSettings
-
-if TYPE_CHECKING:
-    from retcon_sandbox.backends.preparer import Preparer
 
 WARM_LIMIT = 64 * 1024 * 1024  # the largest tree a pre-warmed sandbox is filled from memory
 
@@ -172,19 +168,13 @@ class Environments:
         self.git_lock = git_lock or threading.Lock()
         self._warned = False
         self._described: dict[str, tuple[str, int] | None] = {}  # commit -> `git describe`
-        self.preparer: Preparer | None = None
-        from retcon_sandbox.backends.docker.sandboxes import DockerBackend
-
-        if isinstance(backend, DockerBackend):
-            from retcon_sandbox.backends.preparer import Preparer
-            self.preparer = Preparer(repo, backend, settings, policy, report,
-                                     repo.resolve(runs or source), self.tag, fresh,
-                                     self.git_lock)
+        self.preparer = backend.preparer(Preparation(
+            repo, settings, policy, report, repo.resolve(runs or source), self.tag, fresh,
+            self.git_lock))
 
     def engine_name(self) -> str:
         """The engine this run's sandboxes go to (as the header names it), or the backend's."""
-        preparer = self.preparer
-        return preparer.engine_name() if preparer is not None else self.backend.name
+        return self.backend.engine_name()
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -338,8 +328,8 @@ class Environments:
         return Warming(self, label, tree, at, TarStream((bytes(data),), stream.files))
 
     def _local_warning(self) -> None:
-        """Prepared environments (and the workspace's git metadata) need the Docker backend's
-        own operations, outside the `Backend` Protocol: any other backend runs without them."""
+        """Prepared environments (and the workspace's git metadata) need a `Preparer`, which
+        only the Docker backend has: any other backend runs without them."""
         if self.settings.setup and not self._warned:
             self._warned = True
             name = self.backend.name

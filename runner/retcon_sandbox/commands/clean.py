@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from retcon_sandbox.backends import images, liveness
+from retcon_sandbox.backends.docker import images, liveness
 from retcon_sandbox.backends.docker.engine import LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import EXIT_OK, ImageError
 from retcon_sandbox.report import JsonReporter

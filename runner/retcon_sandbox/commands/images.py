@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import EXIT_OK, UsageError
 from retcon_sandbox.report import JsonReporter, verbosity
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 def transfer(args: argparse.Namespace, reporter: JsonReporter | None) -> int:
     """`export FILE` (FILE checked before the engine is asked anything) or `import FILE`."""
-    from retcon_sandbox.backends import envtransfer
+    from retcon_sandbox.backends.docker import envtransfer
     from retcon_sandbox.commands.options import find_repo
 
     repo = find_repo(Path(args.repo) if args.repo else None, None)

@@ -46,8 +46,8 @@ NO_ACCESS = HostAccess()
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
-    from retcon_sandbox.backends.engines import Endpoint
+    from retcon_sandbox.backends.docker.backend import DockerBackend
+    from retcon_sandbox.backends.docker.engines import Endpoint
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
     from retcon_sandbox.model.llm import ModelSettings
@@ -306,7 +306,7 @@ def make_backends(kind: str, spec: Spec, settings: SandboxSettings,
     on), and it is not built there (a build over a remote link takes minutes): the error says
     how to load it. [sandbox] setup runs on one engine only."""
     if kind == "docker" and len(set(engine_given)) > 1:
-        from retcon_sandbox.backends import engines
+        from retcon_sandbox.backends.docker import engines
 
         if settings.setup:
             raise UsageError("[sandbox] setup is not supported with several --engine: each "
@@ -317,7 +317,7 @@ def make_backends(kind: str, spec: Spec, settings: SandboxSettings,
         return [first, *(_second_backend(first, endpoint, spec, settings, access)
                          for endpoint in endpoints[1:])]
     if kind == "docker":
-        from retcon_sandbox.backends import engines
+        from retcon_sandbox.backends.docker import engines
 
         endpoint = engines.select(given=engine_given[0]) if engine_given else None
         return [_docker_backend(spec, settings, access, spec_image, repo, endpoint)]
@@ -340,9 +340,9 @@ def _local_backend(kind: str, access: HostAccess) -> Backend:
 def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
                     spec_image: str | None, repo: Repo | None,
                     endpoint: Endpoint | None) -> DockerBackend:
-    from retcon_sandbox.backends import images
+    from retcon_sandbox.backends.docker import images
+    from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.backends.docker.engine import DockerEngine
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
     engine = DockerEngine(endpoint)
     def say(line: str) -> None:
@@ -354,7 +354,7 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
     tag = images.ensure(engine, settings.image or images.default_image(), say,
                         allow_pull=access.allow_pull)
     if spec_image is not None and settings.image == spec_image:
-        from retcon_sandbox.backends.preparer import check_spec_image, repository_scope
+        from retcon_sandbox.backends.docker.preparer import check_spec_image, repository_scope
 
         check_spec_image(engine, tag, repository_scope(repo) if repo is not None else None)
     proxy = None  # setup's egress proxy and the package cache's root containers run from our
@@ -368,8 +368,8 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
 def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
                     settings: SandboxSettings, access: HostAccess) -> DockerBackend:
     """A further engine for `verify`: it must hold the first engine's image, the same one."""
+    from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.backends.docker.engine import DockerEngine
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
     engine = DockerEngine(endpoint)
     if raised_limits(settings):
@@ -399,7 +399,7 @@ def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> str:
     (MaxSessions): two sandboxes at once can run out of them."""
     if kind != "docker":
         return "warm"
-    from retcon_sandbox.backends import engines
+    from retcon_sandbox.backends.docker import engines
 
     ssh = any(host.startswith("ssh://") for host in engines.hosts(engine_given))
     return "off" if ssh else "warm"
@@ -410,6 +410,6 @@ def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
     default socket), for the header and --json; None for the local backend."""
     if kind != "docker":
         return None
-    from retcon_sandbox.backends import engines
+    from retcon_sandbox.backends.docker import engines
 
     return engines.describe_all(engines.select_all(engine_given))

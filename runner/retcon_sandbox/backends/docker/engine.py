@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
 from retcon_sandbox import threads
-from retcon_sandbox.backends import engines
+from retcon_sandbox.backends.docker import engines
 from retcon_sandbox.errors import ImageError, SandboxError, env_number
 from retcon_sandbox.text import plain_number, sanitize_name
 

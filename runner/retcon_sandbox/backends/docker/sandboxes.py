@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from retcon_sandbox import deadlines, userkey
-from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
     CommandResult,
@@ -32,6 +31,7 @@ from retcon_sandbox.backends.api import (
     ToolFailure,
     check_isolation,
 )
+from retcon_sandbox.backends.docker import liveness
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine, EngineError
 from retcon_sandbox.backends.docker.leases import LEASE_S, Leases
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
@@ -84,9 +84,9 @@ SYSCTLS = {"net.ipv4.tcp_max_tw_buckets": "0", "net.ipv4.tcp_no_metrics_save": "
 
 class DockerSandbox(HelperSandbox):
     """File tools through the helper; each command in a `docker exec` of its own, under the
-    commands' uid, read and capped by the host (see `DockerBackend.run_command`)."""
+    commands' uid, read and capped by the host (see `DockerSandboxes.run_command`)."""
 
-    def __init__(self, transport: ExecTransport, backend: DockerBackend, container_id: str,
+    def __init__(self, transport: ExecTransport, backend: DockerSandboxes, container_id: str,
                  env: dict[str, str] | None = None) -> None:
         super().__init__(transport, backend.env if env is None else env)
         self._backend = backend
@@ -166,7 +166,10 @@ class DockerSandbox(HelperSandbox):
                                "did the engine stop? Rerun to resume.") from None
 
 
-class DockerBackend:
+class DockerSandboxes:
+    """The containers of a run: its sandboxes, setup's container and its egress proxy.
+    `DockerBackend` (`backend.py`) adds the prepared environments."""
+
     name = "docker"
 
     def __init__(self, engine: DockerEngine, image: str, settings: SandboxSettings,
@@ -186,6 +189,9 @@ class DockerBackend:
         self.proxy_log: Callable[[], str] = lambda: ""  # the last setup's egress decisions
         self.sysctls = dict(SYSCTLS)  # emptied when the engine cannot set them (`_started`)
         self.leases = Leases(engine)  # each container's input, held while the run lives
+
+    def engine_name(self) -> str:
+        return self.engine.endpoint.describe()
 
     def describe(self) -> str:
         s = self.settings

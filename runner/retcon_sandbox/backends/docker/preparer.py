@@ -23,10 +23,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from retcon_sandbox import progress, threads
-from retcon_sandbox.backends import images, manifests
-from retcon_sandbox.backends.api import Sandbox, ToolFailure
+from retcon_sandbox.backends import manifests
+from retcon_sandbox.backends.api import Preparation, Sandbox, ToolFailure
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend, DockerSandbox
+from retcon_sandbox.backends.docker.images import (
+    ENV_NAME,
+    LABEL_CACHE_SCOPE,
+    LABEL_ENV_BASE,
+    LABEL_ENV_CACHE,
+    LABEL_ENV_INPUTS,
+    LABEL_ENV_SCOPE,
+)
+from retcon_sandbox.backends.docker.sandboxes import DockerSandbox, DockerSandboxes
 from retcon_sandbox.backends.envkeys import (
     Version,
     cache_name,
@@ -37,19 +46,10 @@ from retcon_sandbox.backends.envkeys import (
     scope_digest,
     why_new,
 )
-from retcon_sandbox.backends.hostaccess import CACHE_PATH, SetupPolicy
-from retcon_sandbox.backends.images import (
-    ENV_NAME,
-    LABEL_CACHE_SCOPE,
-    LABEL_ENV_BASE,
-    LABEL_ENV_CACHE,
-    LABEL_ENV_INPUTS,
-    LABEL_ENV_SCOPE,
-)
+from retcon_sandbox.backends.hostaccess import CACHE_PATH
 from retcon_sandbox.errors import ImageError, SandboxError, SetupError
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
-from retcon_sandbox.report import Reporter
-from retcon_sandbox.spec.settings import BY_KEY, SandboxSettings, human_bytes, shown
+from retcon_sandbox.spec.settings import BY_KEY, human_bytes, shown
 from retcon_sandbox.spec.statedir import StateDir
 
 FILE_BYTES = 4096  # the package cache may hold one file per this many bytes of --setup-disk
@@ -84,29 +84,24 @@ def certificate_blocks(pem: bytes) -> bytes:
 
 
 
-class Preparer:
+class DockerPreparer:
     """Finds or prepares the environment each tree needs, and makes a Docker sandbox's
-    workspace a git repository. One per backend of a run (`Environments` holds it)."""
+    workspace a git repository. One per backend of a run (`DockerSandboxes.preparer`)."""
 
-    def __init__(self, repo: Repo, backend: DockerBackend, settings: SandboxSettings,
-                 policy: SetupPolicy, report: Reporter, source: str, tag: str | None,
-                 fresh: bool, git_lock: threading.Lock) -> None:
-        """`source`: the commit whose setups alone share a package cache. `tag`: the git
-        metadata's version tag. `fresh` (--no-cache): prepare each environment again, once
-        per run, even if kept."""
-        self.repo = repo
+    def __init__(self, job: Preparation, backend: DockerSandboxes) -> None:
+        self.repo = job.repo
         self.backend = backend
-        self.settings = settings
-        self.policy = policy
-        self.report = report
-        self.source = source
-        self.tag = tag
-        self.git_lock = git_lock
+        self.settings = job.settings
+        self.policy = job.policy
+        self.report = job.report
+        self.source = job.source
+        self.tag = job.tag
+        self.git_lock = job.git_lock
+        self._fresh = job.fresh
         self._keys: dict[str, str | None] = {}
         self._records: dict[str, dict[str, object]] = {}  # key -> what it is made from
         self._caches: dict[str, str] = {}  # key -> the package cache its setup uses
         self._scope: str | None = None  # see scope()
-        self._fresh = fresh
         self._prepared: set[str] = set()  # the keys this run prepared
         self._used: set[str] = set()  # the environments this run opened (never pruned by it)
         self._ids: dict[str, str] = {}  # key -> the image ID this run's sandboxes start from
@@ -285,7 +280,7 @@ class Preparer:
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _run_setup(self, docker: DockerBackend, tree: str, repository: str, key: str,
+    def _run_setup(self, docker: DockerSandboxes, tree: str, repository: str, key: str,
                    version: Version, again: bool) -> None:
         started = time.monotonic()
         self._command_seconds = 0.0  # the setup's own commands: the rest is ours
@@ -333,7 +328,7 @@ class Preparer:
             thread.join()
         self._closing.clear()
 
-    def _setup_in_container(self, docker: DockerBackend, tree: str, version: Version,
+    def _setup_in_container(self, docker: DockerSandboxes, tree: str, version: Version,
                             ca: tuple[Path, bytes] | None, cache: str | None,
                             record: dict[str, object], after: contextlib.ExitStack) -> str:
         """The setup's commands in a setup container, committed as an untagged image: its ID.
@@ -370,7 +365,7 @@ class Preparer:
             "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
             LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
 
-    def _within_files(self, docker: DockerBackend, box: DockerSandbox, before: int | None
+    def _within_files(self, docker: DockerSandboxes, box: DockerSandbox, before: int | None
                       ) -> None:
         """Setup's files are held to --setup-disk before anything is kept, one per FILE_BYTES
         of it, as the package cache's are: empty files take no bytes, but inodes. Setup runs
@@ -413,7 +408,7 @@ class Preparer:
             previous = loaded if isinstance(loaded, dict) else {}
         return why_new(previous, record)
 
-    def _keep_within_disk(self, docker: DockerBackend, image_id: str, repository: str,
+    def _keep_within_disk(self, docker: DockerSandboxes, image_id: str, repository: str,
                           tag: str) -> None:
         """Tag the committed setup as `repository:tag` if what it wrote (its image's own layer:
         the workspace files the snapshot kept are in it too) is within --setup-disk; above it,
@@ -436,7 +431,7 @@ class Preparer:
                 docker.engine.remove_image(image_id)
             raise
 
-    def _keep_cache_within_disk(self, docker: DockerBackend, cache: str) -> None:
+    def _keep_cache_within_disk(self, docker: DockerSandboxes, cache: str) -> None:
         """The package cache is held to --setup-disk too, in bytes and in files (one per
         FILE_BYTES of it: empty files use no blocks, but inodes), measured once the setup's
         container is gone (nothing writes to it then). Over either cap, or when it cannot be
@@ -462,7 +457,7 @@ class Preparer:
                 "another run uses it: it stays until a setup finds it within the cap"
         self.report.emit("warning", message=f"the package cache {cache} {what}: {done}")
 
-    def _setup_command(self, docker: DockerBackend, box: DockerSandbox, command: str,
+    def _setup_command(self, docker: DockerSandboxes, box: DockerSandbox, command: str,
                        deadline: float) -> None:
         """One of setup's commands, within what is left of `setup_timeout`."""
         left = deadline - time.monotonic()

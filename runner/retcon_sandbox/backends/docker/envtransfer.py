@@ -34,16 +34,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from retcon_sandbox import userkey
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import images
 from retcon_sandbox.backends.docker.engine import DockerEngine, EngineError
-from retcon_sandbox.backends.envkeys import environment_key, scope_digest
-from retcon_sandbox.backends.images import (
+from retcon_sandbox.backends.docker.images import (
     ENV_NAME,
     LABEL_ENV_BASE,
     LABEL_ENV_INPUTS,
     LABEL_ENV_SCOPE,
 )
-from retcon_sandbox.backends.preparer import repository_scope
+from retcon_sandbox.backends.docker.preparer import repository_scope
+from retcon_sandbox.backends.envkeys import environment_key, scope_digest
 from retcon_sandbox.errors import ConfigError, ImageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.repo.gitrepo import Repo
