@@ -108,6 +108,6 @@ def test_only_the_docker_folder_knows_docker() -> None:
 def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     """The check itself can fail: an import from a higher layer is named."""
     source = tmp_path / "probe.py"
-    source.write_text("from retcon_sandbox.reconstruct.engine import run\n")
-    assert imports(source) == {"reconstruct.engine"}
-    assert layer("reconstruct.engine") > layer("spec.file")
+    source.write_text("from retcon_sandbox.reconstruct.driver import run\n")
+    assert imports(source) == {"reconstruct.driver"}
+    assert layer("reconstruct.driver") > layer("spec.file")

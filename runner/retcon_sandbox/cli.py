@@ -37,7 +37,8 @@ from retcon_sandbox.text import plain_number, sanitize, url_problem
 from retcon_sandbox.verify.shard import Shard, parse_shard
 
 PROG = "retcon-sandbox"
-IMAGE_NAMES = ("base", "node", "rust")  # backends.images.CATALOG's (tested), without importing it
+# sandboximages.CATALOG's names (tested), without importing it
+IMAGE_NAMES = ("base", "node", "rust")
 
 
 # --- argument types: refuse what cannot be meant, with argparse's own usage error -------------

@@ -30,7 +30,7 @@ from retcon_sandbox.commands.options import (
     sandbox_settings,
 )
 from retcon_sandbox.errors import EXIT_ERROR, RetconError
-from retcon_sandbox.reconstruct import engine
+from retcon_sandbox.reconstruct import driver
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
 from retcon_sandbox.repo import checks
@@ -175,7 +175,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
                   source=revs.source, base=revs.base, final=final, state=state_dir)
         started.append(ctx)
         try:
-            result = engine.run(ctx)
+            result = driver.run(ctx)
         except RetconError as exc:
             if exc.exit_code == EXIT_ERROR:
                 exc.hint = f"{exc.hint}\n{ctx.what_was_recorded()}".lstrip("\n")

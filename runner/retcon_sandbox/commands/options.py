@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     from retcon_sandbox.backends.docker.backend import DockerBackend
-    from retcon_sandbox.backends.docker.engines import Endpoint
+    from retcon_sandbox.backends.docker.endpoints import Endpoint
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
     from retcon_sandbox.model.llm import ModelSettings
@@ -306,20 +306,20 @@ def make_backends(kind: str, spec: Spec, settings: SandboxSettings,
     on), and it is not built there (a build over a remote link takes minutes): the error says
     how to load it. [sandbox] setup runs on one engine only."""
     if kind == "docker" and len(set(engine_given)) > 1:
-        from retcon_sandbox.backends.docker import engines
+        from retcon_sandbox.backends.docker import endpoints
 
         if settings.setup:
             raise UsageError("[sandbox] setup is not supported with several --engine: each "
                              "engine would prepare an environment of its own",
                              "Give one --engine (or none) for a project with a setup.")
-        endpoints = engines.select_all(engine_given)
-        first = _docker_backend(spec, settings, access, spec_image, repo, endpoints[0])
+        chosen = endpoints.select_all(engine_given)
+        first = _docker_backend(spec, settings, access, spec_image, repo, chosen[0])
         return [first, *(_second_backend(first, endpoint, spec, settings, access)
-                         for endpoint in endpoints[1:])]
+                         for endpoint in chosen[1:])]
     if kind == "docker":
-        from retcon_sandbox.backends.docker import engines
+        from retcon_sandbox.backends.docker import endpoints
 
-        endpoint = engines.select(given=engine_given[0]) if engine_given else None
+        endpoint = endpoints.select(given=engine_given[0]) if engine_given else None
         return [_docker_backend(spec, settings, access, spec_image, repo, endpoint)]
     if engine_given:
         raise UsageError("--engine names a Docker engine: it is not used with --sandbox local",
@@ -340,7 +340,7 @@ def _local_backend(kind: str, access: HostAccess) -> Backend:
 def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
                     spec_image: str | None, repo: Repo | None,
                     endpoint: Endpoint | None) -> DockerBackend:
-    from retcon_sandbox.backends.docker import images
+    from retcon_sandbox.backends.docker import sandboximages
     from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.backends.docker.engine import DockerEngine
 
@@ -351,7 +351,7 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
 
     if raised_limits(settings):
         check_engine_limits(settings, *engine.resources())
-    tag = images.ensure(engine, settings.image or images.default_image(), say,
+    tag = sandboximages.ensure(engine, settings.image or sandboximages.default_image(), say,
                         allow_pull=access.allow_pull)
     if spec_image is not None and settings.image == spec_image:
         from retcon_sandbox.backends.docker.preparer import check_spec_image, repository_scope
@@ -360,7 +360,7 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
     proxy = None  # setup's egress proxy and the package cache's root containers run from our
     # own base image (never the run's, which a spec names), built before any table
     if settings.setup and (access.setup.network == "registries" or access.setup.package_cache):
-        proxy = images.ensure(engine, images.default_image(), say)
+        proxy = sandboximages.ensure(engine, sandboximages.default_image(), say)
     return DockerBackend(engine, tag, settings, access.variables,
                          Path(os.path.realpath(spec.path)), proxy)
 
@@ -399,9 +399,9 @@ def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> str:
     (MaxSessions): two sandboxes at once can run out of them."""
     if kind != "docker":
         return "warm"
-    from retcon_sandbox.backends.docker import engines
+    from retcon_sandbox.backends.docker import endpoints
 
-    ssh = any(host.startswith("ssh://") for host in engines.hosts(engine_given))
+    ssh = any(host.startswith("ssh://") for host in endpoints.hosts(engine_given))
     return "off" if ssh else "warm"
 
 
@@ -410,6 +410,6 @@ def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
     default socket), for the header and --json; None for the local backend."""
     if kind != "docker":
         return None
-    from retcon_sandbox.backends.docker import engines
+    from retcon_sandbox.backends.docker import endpoints
 
-    return engines.describe_all(engines.select_all(engine_given))
+    return endpoints.describe_all(endpoints.select_all(engine_given))

@@ -20,7 +20,7 @@ from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
-from retcon_sandbox.model.tools import Outcome
+from retcon_sandbox.model.tools import ToolOutcome
 from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
@@ -92,7 +92,7 @@ class Speculation:
     base_tree: str
     state: WorkState
     stack: contextlib.ExitStack
-    outcome: Outcome | None
+    outcome: ToolOutcome | None
     events: list[tuple[str, dict[str, Any]]]
     tokens: int
 

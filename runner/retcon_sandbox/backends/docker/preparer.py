@@ -25,9 +25,10 @@ from pathlib import Path
 from retcon_sandbox import progress, threads
 from retcon_sandbox.backends import manifests
 from retcon_sandbox.backends.api import Preparation, Sandbox, ToolFailure
-from retcon_sandbox.backends.docker import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.images import (
+from retcon_sandbox.backends.docker.sandboxes import DockerSandbox, DockerSandboxes
+from retcon_sandbox.backends.docker.sandboximages import (
     ENV_NAME,
     LABEL_CACHE_SCOPE,
     LABEL_ENV_BASE,
@@ -35,7 +36,6 @@ from retcon_sandbox.backends.docker.images import (
     LABEL_ENV_INPUTS,
     LABEL_ENV_SCOPE,
 )
-from retcon_sandbox.backends.docker.sandboxes import DockerSandbox, DockerSandboxes
 from retcon_sandbox.backends.envkeys import (
     Version,
     cache_name,
@@ -156,7 +156,7 @@ class DockerPreparer:
             return ""
         if key in self._ids:
             return self._ids[key]
-        tag = f"{images.prefix()}/{ENV_NAME}:{key}"
+        tag = f"{sandboximages.prefix()}/{ENV_NAME}:{key}"
         if self._fresh or not docker.engine.has_image(tag):
             return None
         return docker.engine.image_id(tag)
@@ -193,7 +193,7 @@ class DockerPreparer:
         docker = self.backend
         if key is None:
             return None
-        repository = f"{images.prefix()}/{ENV_NAME}"
+        repository = f"{sandboximages.prefix()}/{ENV_NAME}"
         tag = f"{repository}:{key}"
         with self._setup:
             self._used.add(tag)
@@ -550,7 +550,7 @@ def is_environment(tags: tuple[str, ...], labels: dict[str, str]) -> bool:
     """A prepared environment: by its labels (inherited by anything made from it), or by a
     tag under our environments' repository."""
     return (LABEL_ENV_BASE in labels or LABEL_ENV_SCOPE in labels
-            or any(t.startswith(f"{images.prefix()}/{ENV_NAME}:") for t in tags))
+            or any(t.startswith(f"{sandboximages.prefix()}/{ENV_NAME}:") for t in tags))
 
 
 def check_spec_image(engine: DockerEngine, name: str, scope: str | None) -> None:
