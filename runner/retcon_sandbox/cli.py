@@ -32,6 +32,7 @@ from retcon_sandbox.errors import (
     UsageError,
     internal_error,
 )
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.report import JsonReporter, set_verbosity
 from retcon_sandbox.text import plain_number, sanitize, url_problem
 from retcon_sandbox.verify.shard import Shard, parse_shard
@@ -262,12 +263,12 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
                        help="fold fix commits into their logical commit at the end (each "
                        "squashed tree is verified first)")
         _cache_options(p, "the squash check")
-        p.add_argument("--pipeline", dest="pipeline", action="store_const", const="full",
+        p.add_argument("--pipeline", dest="pipeline", action="store_const", const=Pipeline.FULL,
                        help="while a commit builds and tests, also let the model extract the "
                        "next one ahead, kept only if the commit needed no fix (the same history "
                        "as without). Default: the pre-warm: only the next sandbox is prepared "
                        "ahead (nothing over ssh://)")
-        p.add_argument("--no-pipeline", dest="pipeline", action="store_const", const="off",
+        p.add_argument("--no-pipeline", dest="pipeline", action="store_const", const=Pipeline.OFF,
                        help="one thing at a time: not even the next sandbox is prepared ahead")
         p.add_argument("--strict-provenance", action="store_true",
                        help="stop (stuck) at a commit that gives a path content found in neither "

@@ -30,6 +30,7 @@ from retcon_sandbox.commands.options import (
     sandbox_settings,
 )
 from retcon_sandbox.errors import EXIT_ERROR, RetconError
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.reconstruct import driver
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
@@ -86,7 +87,7 @@ class ExecuteOptions:
     package_cache: bool = True
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
-    pipeline: str | None = None  # see RunOptions.pipeline; None: `default_pipeline`
+    pipeline: Pipeline | None = None  # see RunOptions.pipeline; None: `default_pipeline`
     summary: Path | None = None  # --summary FILE: the Markdown job summary, appended
 
     @classmethod

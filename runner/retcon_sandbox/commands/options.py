@@ -22,6 +22,7 @@ from retcon_sandbox.errors import (
     UsageError,
     env_number,
 )
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
@@ -392,17 +393,17 @@ def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
                          Path(os.path.realpath(spec.path)), None)
 
 
-def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> str:
+def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> Pipeline:
     """`execute`'s overlap when neither --pipeline nor --no-pipeline is given: the next
     commit's sandbox prepared ahead ("warm"), except over an ssh:// engine ("off"), where every
     stream and API connection is a session of one SSH connection and sshd allows 10
     (MaxSessions): two sandboxes at once can run out of them."""
     if kind != "docker":
-        return "warm"
+        return Pipeline.WARM
     from retcon_sandbox.backends.docker import endpoints
 
     ssh = any(host.startswith("ssh://") for host in endpoints.hosts(engine_given))
-    return "off" if ssh else "warm"
+    return Pipeline.OFF if ssh else Pipeline.WARM
 
 
 def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:

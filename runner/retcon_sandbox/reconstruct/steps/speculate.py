@@ -22,12 +22,12 @@ from retcon_sandbox import threads
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.model.tools import ToolOutcome
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.reconstruct.context import Buffered, Run, Speculation
 from retcon_sandbox.reconstruct.steps.extract import ask_extraction
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import Entry, Extract
 
-OFF, WARM, FULL = "off", "warm", "full"  # RunOptions.pipeline
 DISCARDED = "speculative, discarded"  # the summary's token count of discarded speculations
 
 
@@ -39,11 +39,11 @@ def keep(speculated: int, base_tree: str, number: int, history: Sequence[Entry],
     return speculated == number and not history and base_tree == tip_tree
 
 
-def worth(pipeline: str, number: int, total: int, following: Sequence[Entry] | None) -> bool:
+def worth(pipeline: Pipeline, number: int, total: int, following: Sequence[Entry] | None) -> bool:
     """Whether to begin commit `number + 1` while `number` builds and tests: when pipelining is
     on (WARM or FULL) and the next commit exists with nothing recorded yet (`following`: its
     history)."""
-    return pipeline != OFF and number < total and following is not None and not following
+    return pipeline != Pipeline.OFF and number < total and following is not None and not following
 
 
 def ahead(ctx: Run, number: int) -> Callable[[], None] | None:
@@ -72,7 +72,7 @@ def speculate(ctx: Run, commit: CommitSpec) -> None:
             return
         state = stack.enter_context(ctx.sandbox(label, commit.number, warming))
         outcome = None
-        if commit.paths is not None or ctx.agent is None or ctx.options.pipeline != FULL:
+        if commit.paths is not None or ctx.agent is None or ctx.options.pipeline != Pipeline.FULL:
             state.box  # noqa: B018 - ready before this commit's turn
         else:  # while the container starts, the model is asked
             outcome = ask_extraction(ctx, commit, state, Extract(None, None, False),
@@ -123,7 +123,7 @@ def opened(ctx: Run, number: int) -> Iterator[tuple[WorkState, ToolOutcome | Non
 def retire(ctx: Run, stack: contextlib.ExitStack) -> None:
     """Remove a finished commit's sandbox: pipelined, in a thread of its own (sandbox I/O only),
     so that the next commit does not wait for it; `settle` waits for them all."""
-    if ctx.options.pipeline == OFF:
+    if ctx.options.pipeline == Pipeline.OFF:
         stack.close()
         return
 
