@@ -432,8 +432,8 @@ def test_a_prepare_in_a_commands_exec_is_read_from_the_supervisors_stderr(
         ) -> None:
     """Its time is taken off the command's, a failure is reported with its reason, and
     anything else on that stream (the supervisor's own failure) joins the output."""
-    from retcon_sandbox.backends.api import OutputCapture
     from retcon_sandbox.backends.docker.sandboxes import PrepareFirst
+    from retcon_sandbox.protocol import OutputCapture
 
     said: list[tuple[int, str]] = []
     capture = OutputCapture()

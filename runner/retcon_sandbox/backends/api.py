@@ -68,42 +68,6 @@ FILE_TOOL_S = 60.0
 LOAD_S = 600.0
 COMMAND_MARGIN_S = 15.0
 LINE_CAP = 32 * 1024 * 1024  # the longest answer line the host accepts from the helper
-HEAD_BYTES = 24 * 1024
-TAIL_BYTES = 24 * 1024
-
-
-class OutputCapture:
-    """The head and tail of a command's output and its total size, in linear time and bounded
-    memory, however much is printed."""
-
-    def __init__(self) -> None:
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = HEAD_BYTES - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk[-TAIL_BYTES:]
-            if len(self.tail) > 2 * TAIL_BYTES:
-                del self.tail[: len(self.tail) - TAIL_BYTES]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.head) + min(len(self.tail), TAIL_BYTES)
-
-    def text(self) -> str:
-        tail = bytes(self.tail[-TAIL_BYTES:])
-        head = self.head.decode("utf-8", "replace")
-        if not self.truncated:
-            return head + tail.decode("utf-8", "replace")
-        skipped = self.total - len(self.head) - len(tail)
-        return (f"{head}\n[... {skipped} bytes of output omitted ...]\n"
-                + tail.decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True)

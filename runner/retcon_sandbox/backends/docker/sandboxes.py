@@ -27,7 +27,6 @@ from retcon_sandbox.backends.api import (
     CommandResult,
     DeadlineExceeded,
     HelperSandbox,
-    OutputCapture,
     ToolFailure,
     check_isolation,
 )
@@ -37,6 +36,7 @@ from retcon_sandbox.backends.docker.leases import LEASE_S, Leases
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
 from retcon_sandbox.backends.hostaccess import CACHE_PATH
 from retcon_sandbox.errors import ImageError, SandboxError
+from retcon_sandbox.protocol import OutputCapture
 from retcon_sandbox.resources import (
     egress_source,
     helper_source,
