@@ -161,6 +161,7 @@ class Environments:
         self.backend = backend
         self.settings = settings
         self.report = report
+        runs = repo.resolve(runs or source)  # scopes the package cache (`cache_name`)
         self.tag = repo.describe_tag(source) if settings.git_metadata else None
         chosen = settings.setup_inputs
         self._inputs = Patterns(DEFAULT_INPUTS if chosen is None else chosen)  # [] is none
@@ -169,8 +170,7 @@ class Environments:
         self._warned = False
         self._described: dict[str, tuple[str, int] | None] = {}  # commit -> `git describe`
         self.preparer = backend.preparer(Preparation(
-            repo, settings, policy, report, repo.resolve(runs or source), self.tag, fresh,
-            self.git_lock))
+            repo, settings, policy, report, runs, self.tag, fresh, self.git_lock))
 
     def engine_name(self) -> str:
         """The engine this run's sandboxes go to (as the header names it), or the backend's."""
