@@ -29,16 +29,17 @@ MIB = 1 << 20
 COPY = """
 import resource, sys
 from pathlib import Path
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.workspace import sandbox_tree
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS
 repo = Repo(Path(sys.argv[1]))
 tree = repo.tree_of("main")
 engine = DockerEngine()
-backend = DockerBackend(engine, images.default_image(), DEFAULTS, {}, Path("/tmp/bench.toml"))
+backend = DockerBackend(engine, sandboximages.default_image(), DEFAULTS, {},
+                        Path("/tmp/bench.toml"))
 with backend.open("bench-memory") as box:
     box.load_tree(repo.tree_tar(tree, DEFAULTS.max_file_size))
     change = box.run("for f in $(ls pkg0 | head -100); do echo changed >> pkg0/$f; done; "
@@ -53,14 +54,15 @@ print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
 DOCKER_CP = """
 import resource, sys
 from pathlib import Path
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS
 repo = Repo(Path(sys.argv[1]))
 engine = DockerEngine()
-plain = engine.client.containers.run(images.default_image(), ["sleep", "infinity"], detach=True,
-                                     network_mode="none", labels={"retcon-sandbox.run": "bench"})
+plain = engine.client.containers.run(sandboximages.default_image(), ["sleep", "infinity"],
+                                     detach=True, network_mode="none",
+                                     labels={"retcon-sandbox.run": "bench"})
 try:
     plain.put_archive("/tmp", repo.tree_tar(repo.tree_of("main"), DEFAULTS.max_file_size).chunks)
     archive = b"".join(plain.get_archive("/tmp")[0])

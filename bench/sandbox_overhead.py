@@ -36,17 +36,12 @@ from pathlib import Path
 from verify import cpu_ticks  # bench/verify.py, beside this script
 
 from retcon_sandbox.archive import of_bytes
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import (
-    COMMAND_UID,
-    GID,
-    DockerBackend,
-    python_argv,
-    supervisor_argv,
-)
+from retcon_sandbox.backends.docker.sandboxes import COMMAND_UID, GID, python_argv, supervisor_argv
 from retcon_sandbox.backends.workspace import sandbox_tree
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.resources import helper_source
 from retcon_sandbox.spec.settings import DEFAULTS
@@ -140,8 +135,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="copy-out runs (median shown)")
     args = parser.parse_args()
     engine = DockerEngine()
-    images.ensure(engine, images.default_image(), lambda line: print(line, file=sys.stderr))
-    backend = DockerBackend(engine, images.default_image(), DEFAULTS, {},
+    sandboximages.ensure(engine, sandboximages.default_image(),
+                         lambda line: print(line, file=sys.stderr))
+    backend = DockerBackend(engine, sandboximages.default_image(), DEFAULTS, {},
                             Path("/tmp/bench-spec.toml"))
 
     ready = []
@@ -154,7 +150,7 @@ def main() -> None:
     row("ready container (create, start, helper)", ms(statistics.median(ready)), "")
 
     big = repo_tar(args.files)
-    plain = engine.client.containers.run(images.default_image(), ["sleep", "infinity"],
+    plain = engine.client.containers.run(sandboximages.default_image(), ["sleep", "infinity"],
                                          detach=True, network_mode="none",
                                          labels={"retcon-sandbox.run": "bench"})
     try:

@@ -29,9 +29,9 @@ import time
 import uuid
 from pathlib import Path
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.spec.settings import DEFAULTS
 
@@ -105,8 +105,8 @@ def verify(directory: Path, cold: bool, *extra: str) -> tuple[float, dict[str, f
 def git_metadata(repo: Repo, spec: Path, rounds: int = 5) -> tuple[float, float]:
     """Seconds to prepare a loaded sandbox's workspace with and without the git metadata."""
     engine = DockerEngine()
-    backend = DockerBackend(engine, images.ensure(engine, images.default_image(), print),
-                            DEFAULTS, {}, spec)
+    image = sandboximages.ensure(engine, sandboximages.default_image(), print)
+    backend = DockerBackend(engine, image, DEFAULTS, {}, spec)
     with_git: list[float] = []
     without: list[float] = []
     for _ in range(rounds):

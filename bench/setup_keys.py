@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retcon_sandbox.backends import manifests
-from retcon_sandbox.backends.environments import (
+from retcon_sandbox.backends.envkeys import (
     DEFAULT_INPUTS,
     environment_key,
     input_record,

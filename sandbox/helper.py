@@ -50,6 +50,7 @@ from retcon_sandbox.protocol import (  # replaced by that module's text when shi
     HelloResponse,
     ListRequest,
     ListResponse,
+    OutputCapture,
     ReadRequest,
     ReadResponse,
     ResetRequest,
@@ -90,8 +91,6 @@ PAGE_BYTES = 128 * 1024  # bytes in one read_file answer at most
 LINE_CHARS = 4000  # characters of one line shown at most
 READ_MAX = 256 * 1024 * 1024  # the largest file read_file opens
 LIST_MAX = 20_000  # names in one list_files answer at most
-HEAD_BYTES = 24 * 1024
-TAIL_BYTES = 24 * 1024
 DIFF_FLOOR = 10  # changed lines at or under which a write is always "small"
 DIFF_CEIL = 80  # changed lines at or over which the diff is always shown
 DIFF_RATIO = 0.40  # share of the file changed over which the diff is shown
@@ -335,34 +334,6 @@ def _is_zombie(pid: int) -> bool:
     return stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
-class Capture:
-    """Head and tail of a stream, and its total size."""
-
-    def __init__(self) -> None:
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = HEAD_BYTES - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > TAIL_BYTES:
-                del self.tail[: len(self.tail) - TAIL_BYTES]
-
-    def text(self) -> str:
-        head = self.head.decode("utf-8", "replace")
-        if self.total <= HEAD_BYTES + TAIL_BYTES and len(self.head) + len(self.tail) == self.total:
-            return head + self.tail.decode("utf-8", "replace")
-        skipped = self.total - len(self.head) - len(self.tail)
-        tail = self.tail.decode("utf-8", "replace")
-        return f"{head}\n[... {skipped} bytes of output omitted ...]\n{tail}"
-
-
 def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | None
                 ) -> RunResponse:
     start = time.monotonic()
@@ -374,7 +345,7 @@ def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | N
                                 start_new_session=True, preexec_fn=_prefer_oom_victim)
     except OSError as exc:
         raise ToolError(f"cannot start the command: {exc}") from None
-    capture = Capture()
+    capture = OutputCapture()
     timed_out = _pump(proc, capture, start + timeout)
     if timed_out:
         kill_tree(proc)
@@ -386,12 +357,12 @@ def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | N
         timed_out=timed_out,
         output=capture.text(),
         total_bytes=capture.total,
-        truncated=capture.total > len(capture.head) + len(capture.tail),
+        truncated=capture.truncated,
         seconds=round(time.monotonic() - start, 3),
     )
 
 
-def _pump(proc: subprocess.Popen, capture: Capture,  # type: ignore[type-arg]
+def _pump(proc: subprocess.Popen, capture: OutputCapture,  # type: ignore[type-arg]
           deadline: float) -> bool:
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
@@ -414,7 +385,7 @@ def _pump(proc: subprocess.Popen, capture: Capture,  # type: ignore[type-arg]
         sel.close()
 
 
-def _drain(proc: subprocess.Popen, capture: Capture) -> None:  # type: ignore[type-arg]
+def _drain(proc: subprocess.Popen, capture: OutputCapture) -> None:  # type: ignore[type-arg]
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.commands.demo import create
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from retcon_sandbox.repo import demo as d
+from retcon_sandbox.repo import demoproject as d
 from tests.fake_openai import Call, Fault, Step, call
 
 # What the faults ask for (OpenAI's `retry-after-ms`): the retry is real, its wait short.

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from retcon_sandbox import __version__
-from retcon_sandbox.backends.images import CATALOG
+from retcon_sandbox.backends.docker.sandboximages import CATALOG
 from retcon_sandbox.cli import parser
 from retcon_sandbox.errors import UsageError
 from retcon_sandbox.spec.statedir import StateDir

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import NEUTRAL, Result, cli, make_demo
 from tests.forkserver import ForkServer
 

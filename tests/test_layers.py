@@ -97,9 +97,17 @@ def test_each_library_is_imported_by_its_adapter_alone() -> None:
     assert all(users[lib] == {ADAPTERS[lib]} for lib in ("docker", "git", "openai"))
 
 
+def test_only_the_docker_folder_knows_docker() -> None:
+    """The rest of `backends` reaches Docker through the `Backend` Protocol alone."""
+    docker = [f"{module} imports {target}" for module, targets in graph().items()
+              if module.startswith("backends.") and not module.startswith("backends.docker")
+              for target in targets if target.startswith("backends.docker")]
+    assert docker == []
+
+
 def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     """The check itself can fail: an import from a higher layer is named."""
     source = tmp_path / "probe.py"
-    source.write_text("from retcon_sandbox.reconstruct.engine import run\n")
-    assert imports(source) == {"reconstruct.engine"}
-    assert layer("reconstruct.engine") > layer("spec.file")
+    source.write_text("from retcon_sandbox.reconstruct.driver import run\n")
+    assert imports(source) == {"reconstruct.driver"}
+    assert layer("reconstruct.driver") > layer("spec.file")

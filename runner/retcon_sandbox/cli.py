@@ -8,12 +8,10 @@ exit code (see `errors.py`), never a traceback.
 from __future__ import annotations
 
 import argparse
-import codecs
 import contextlib
 import gc
 import importlib
 import math
-import os
 import platform
 import re
 import signal
@@ -32,12 +30,21 @@ from retcon_sandbox.errors import (
     UsageError,
     internal_error,
 )
-from retcon_sandbox.report import JsonReporter, set_verbosity
-from retcon_sandbox.text import plain_number, sanitize, url_problem
+from retcon_sandbox.pipeline import Pipeline
+from retcon_sandbox.report import set_verbosity
+from retcon_sandbox.stdio import (
+    Stdout,
+    StdoutClosed,
+    discard_stdout,
+    encode_anything,
+    report_error,
+)
+from retcon_sandbox.text import plain_number, url_problem
 from retcon_sandbox.verify.shard import Shard, parse_shard
 
 PROG = "retcon-sandbox"
-IMAGE_NAMES = ("base", "node", "rust")  # backends.images.CATALOG's (tested), without importing it
+# sandboximages.CATALOG's names (tested), without importing it
+IMAGE_NAMES = ("base", "node", "rust")
 
 
 # --- argument types: refuse what cannot be meant, with argparse's own usage error -------------
@@ -261,12 +268,12 @@ def _execute(sub: argparse._SubParsersAction[_Parser]) -> None:
                        help="fold fix commits into their logical commit at the end (each "
                        "squashed tree is verified first)")
         _cache_options(p, "the squash check")
-        p.add_argument("--pipeline", dest="pipeline", action="store_const", const="full",
+        p.add_argument("--pipeline", dest="pipeline", action="store_const", const=Pipeline.FULL,
                        help="while a commit builds and tests, also let the model extract the "
                        "next one ahead, kept only if the commit needed no fix (the same history "
                        "as without). Default: the pre-warm: only the next sandbox is prepared "
                        "ahead (nothing over ssh://)")
-        p.add_argument("--no-pipeline", dest="pipeline", action="store_const", const="off",
+        p.add_argument("--no-pipeline", dest="pipeline", action="store_const", const=Pipeline.OFF,
                        help="one thing at a time: not even the next sandbox is prepared ahead")
         p.add_argument("--strict-provenance", action="store_true",
                        help="stop (stuck) at a commit that gives a path content found in neither "
@@ -532,41 +539,6 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-class StdoutClosed(Exception):
-    """Whoever reads our standard output went away (`retcon-sandbox status spec | head -1`)."""
-
-
-class _Stdout:
-    """sys.stdout, with a write to a closed pipe turned into `StdoutClosed`: a broken pipe
-    elsewhere (a sandbox's, a subprocess's) stays what it is."""
-
-    def __init__(self, wrapped: TextIO) -> None:
-        self._wrapped = wrapped
-
-    def write(self, text: str) -> int:
-        try:
-            return self._wrapped.write(text)
-        except BrokenPipeError:
-            raise StdoutClosed from None
-
-    def flush(self) -> None:
-        try:
-            self._wrapped.flush()
-        except BrokenPipeError:
-            raise StdoutClosed from None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._wrapped, name)
-
-
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, so nothing (not even the final flush) writes to the pipe."""
-    with contextlib.suppress(OSError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
-        os.close(devnull)
-
-
 def _run(args: argparse.Namespace) -> int:
     if args.command == "version":
         print(f"{PROG} {__version__}")
@@ -577,55 +549,12 @@ def _run(args: argparse.Namespace) -> int:
     return command(args)
 
 
-def report_error(exc: RetconError, as_json: bool) -> None:
-    if as_json:
-        with contextlib.suppress(StdoutClosed, OSError):
-            JsonReporter().emit("error", kind=exc.kind, message=exc.message, hint=exc.hint,
-                                exit_code=exc.exit_code)
-    label = exc.kind if exc.kind in ("stuck", "interrupted") else "error"
-    sys.stderr.write(sanitize(f"\n✗ {label}: {exc.message}\n"))
-    if exc.hint:
-        sys.stderr.write(sanitize("  " + exc.hint.replace("\n", "\n  ") + "\n"))
-
-
-_PLAIN = {"✓": "ok", "✗": "x", "⚠": "!", "…": "...", "→": "->", "—": "-", "–": "-", "·": "-"}
-
-
-def _plainer(exc: UnicodeError) -> tuple[str, int]:
-    """For an output encoding that lacks a character (PYTHONIOENCODING=ascii, a latin-1
-    terminal): our symbols in ASCII, anything else as a `\\uXXXX` escape (which keeps a
-    `--json` line valid JSON), never a crash."""
-    if not isinstance(exc, UnicodeEncodeError):
-        raise exc
-    chars = exc.object[exc.start:exc.end]
-    return "".join(_PLAIN.get(c) or _json_escape(c) for c in chars), exc.end
-
-
-def _json_escape(char: str) -> str:
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-codecs.register_error("retcon-sandbox", _plainer)
-
-
-def _encode_anything() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            with contextlib.suppress(ValueError, OSError):
-                reconfigure(errors="retcon-sandbox")
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGHUP, _on_sigterm)  # a closed terminal: stop as for Ctrl-C
-    _encode_anything()
+    encode_anything()
     real_stdout = sys.stdout
-    sys.stdout = cast(TextIO, _Stdout(real_stdout))
+    sys.stdout = cast(TextIO, Stdout(real_stdout))
     try:
         code = _main(argv)
     finally:
@@ -653,7 +582,7 @@ def _main(argv: Sequence[str] | None) -> int:
                                      "same command to resume."), as_json)
         code = EXIT_INTERRUPTED
     except StdoutClosed:  # like `git log | head -1`: stop quietly
-        _discard_stdout()
+        discard_stdout()
         if command in ("execute", "demo"):
             sys.stderr.write("\n✗ stopped: standard output was closed; every finished step is "
                              "saved in the spec, rerun the same command to resume.\n")

@@ -14,6 +14,9 @@ The wire format: a request is one JSON line {"id": N, "op": NAME, ...its fields}
 "payload": BYTES or "chunked": true when data follows the line); an answer is one JSON line
 {"ok": true, ...its fields, "id": N} or {"ok": false, "error": TEXT, "id": N}. A field marked
 `omitted` is left out while it has its default, as the protocol always did.
+
+`OutputCapture`, the head and tail a `run` answer carries, is here too: the helper captures a
+command's output with it and the host a Docker exec's, so both cut output the same way.
 """
 
 from __future__ import annotations
@@ -293,3 +296,43 @@ def from_wire(cls: type[M], data: dict[str, Any]) -> M:
         values[name] = float(value) if kind == "float" else value
     made: M = cls(**values)
     return made
+
+
+# --- a command's output, on both sides ----------------------------------------------------
+
+HEAD_BYTES = 24 * 1024
+TAIL_BYTES = 24 * 1024
+
+
+class OutputCapture:
+    """The head and tail of a command's output and its total size, in linear time and bounded
+    memory, however much is printed."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk[-TAIL_BYTES:]
+            if len(self.tail) > 2 * TAIL_BYTES:
+                del self.tail[: len(self.tail) - TAIL_BYTES]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + min(len(self.tail), TAIL_BYTES)
+
+    def text(self) -> str:
+        tail = bytes(self.tail[-TAIL_BYTES:])
+        head = self.head.decode("utf-8", "replace")
+        if not self.truncated:
+            return head + tail.decode("utf-8", "replace")
+        skipped = self.total - len(self.head) - len(tail)
+        return (f"{head}\n[... {skipped} bytes of output omitted ...]\n"
+                + tail.decode("utf-8", "replace"))

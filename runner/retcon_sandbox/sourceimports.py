@@ -1,6 +1,6 @@
 """Which files of a tree a source file imports, by the usual rules of Python, Rust and
 JavaScript/TypeScript modules: for `plan`'s ordering, and for the files a setup script runs in
-turn (backends/environments.py)."""
+turn (backends/envkeys.py)."""
 
 from __future__ import annotations
 

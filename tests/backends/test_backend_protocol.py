@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from retcon_sandbox.backends import hostaccess
-from retcon_sandbox.backends.api import Backend, Sandbox
+from retcon_sandbox.backends.api import Backend, Preparation, Preparer, Sandbox
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.backends.local import LocalBackend
 from retcon_sandbox.repo.gitrepo import Repo
@@ -43,6 +43,12 @@ class PodLike:
 
     def describe(self) -> str:
         return "pods (test)"
+
+    def engine_name(self) -> str:
+        return self.name
+
+    def preparer(self, job: Preparation) -> Preparer | None:
+        return None
 
     def environment(self) -> str:
         return "pods image@sha256:0"

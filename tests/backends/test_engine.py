@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from retcon_sandbox.backends import engines
+from retcon_sandbox.backends.docker import endpoints
 from retcon_sandbox.backends.docker.engine import DockerEngine, EngineError
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import Demo, cli, git
@@ -102,7 +102,7 @@ def test_an_address_the_sdk_cannot_parse_names_its_setting(demo: Demo, host: str
 
 
 def test_a_dead_engine_option_is_named_as_the_option() -> None:
-    endpoint = engines.select({}, "tcp://127.0.0.1:1")
+    endpoint = endpoints.select({}, "tcp://127.0.0.1:1")
     with pytest.raises(SandboxError) as caught:
         DockerEngine(endpoint)
     assert "no Docker engine answers at --engine tcp://127.0.0.1:1" in caught.value.message
@@ -174,8 +174,8 @@ def test_the_docker_sdk_is_imported_only_when_an_engine_is_used() -> None:
 def test_a_dead_remote_engine_is_named_as_remote_not_a_daemon_to_start(source: str) -> None:
     """An engine on another machine: `sudo systemctl start docker` here would not help."""
     host = "tcp://engine.invalid:2376"
-    endpoint = engines.select({"DOCKER_HOST": host}, None) if source == "DOCKER_HOST" else \
-        engines.select({}, host)
+    endpoint = endpoints.select({"DOCKER_HOST": host}, None) if source == "DOCKER_HOST" else \
+        endpoints.select({}, host)
     with pytest.raises(SandboxError) as caught:
         DockerEngine(endpoint)
     where = f"DOCKER_HOST={host}" if source == "DOCKER_HOST" else f"--engine {host}"
@@ -189,6 +189,6 @@ def test_a_dead_remote_engine_is_named_as_remote_not_a_daemon_to_start(source: s
 @pytest.mark.parametrize("host", ["tcp://127.0.0.1:1", "tcp://localhost:1", "tcp://[::1]:1"])
 def test_a_dead_local_engine_still_says_to_start_it(host: str) -> None:
     with pytest.raises(SandboxError) as caught:
-        DockerEngine(engines.select({}, host))
+        DockerEngine(endpoints.select({}, host))
     assert "no Docker engine answers at --engine" in caught.value.message
     assert "Start the engine" in caught.value.hint

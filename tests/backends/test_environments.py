@@ -16,11 +16,11 @@ import pytest
 
 from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.backends.environments import (
+from retcon_sandbox.backends.docker.preparer import host_ca_bundle
+from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.envkeys import (
     DEFAULT_INPUTS,
-    Environments,
     environment_key,
-    host_ca_bundle,
     inputs,
     setup_files,
     unmatched_inputs,
@@ -432,8 +432,8 @@ def test_a_prepare_in_a_commands_exec_is_read_from_the_supervisors_stderr(
         ) -> None:
     """Its time is taken off the command's, a failure is reported with its reason, and
     anything else on that stream (the supervisor's own failure) joins the output."""
-    from retcon_sandbox.backends.api import OutputCapture
     from retcon_sandbox.backends.docker.sandboxes import PrepareFirst
+    from retcon_sandbox.protocol import OutputCapture
 
     said: list[tuple[int, str]] = []
     capture = OutputCapture()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from retcon_sandbox.backends.images import heartbeat
+from retcon_sandbox.backends.docker.sandboximages import heartbeat
 
 
 def test_a_silent_stretch_gets_a_line_with_the_elapsed_time() -> None:

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from retcon_sandbox.backends.liveness import (
+from retcon_sandbox.backends.docker.liveness import (
     Owner,
     alive,
     host,

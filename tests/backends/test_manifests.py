@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from retcon_sandbox.backends.environments import (
+from retcon_sandbox.backends.envkeys import (
     DEFAULT_INPUTS,
     cache_name,
     environment_key,

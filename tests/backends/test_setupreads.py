@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from retcon_sandbox.backends.environments import environment_key, keyed_inputs
+from retcon_sandbox.backends.envkeys import environment_key, keyed_inputs
 from retcon_sandbox.backends.setupreads import known_reads
 from retcon_sandbox.repo.gitrepo import TreeEntry
 from retcon_sandbox.spec.settings import SandboxSettings

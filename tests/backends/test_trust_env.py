@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends import hostaccess
-from retcon_sandbox.backends.environments import (
+from retcon_sandbox.backends.docker.preparer import (
     is_environment,
     normal_reference,
     repository_scope,
-    scope_digest,
 )
-from retcon_sandbox.backends.images import LABEL_ENV_BASE, LABEL_ENV_SCOPE
+from retcon_sandbox.backends.docker.sandboximages import LABEL_ENV_BASE, LABEL_ENV_SCOPE
+from retcon_sandbox.backends.envkeys import scope_digest
 from retcon_sandbox.repo.gitrepo import Repo
 from tests.conftest import git
 

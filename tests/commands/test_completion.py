@@ -93,7 +93,7 @@ def test_an_unknown_shell_is_a_usage_error() -> None:
 
 
 def test_the_image_names_completed_are_the_catalogs() -> None:
-    from retcon_sandbox.backends.images import CATALOG
+    from retcon_sandbox.backends.docker.sandboximages import CATALOG
 
     assert tuple(CATALOG) == cli_module.IMAGE_NAMES
 

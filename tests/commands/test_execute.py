@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, cli_at_terminal, git, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI
 from tests.scripts import reconstruction, stuck_then_fixed

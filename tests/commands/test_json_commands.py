@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from tests.conftest import cli, git
 
 
@@ -36,9 +36,9 @@ def test_images_tag_prints_the_current_tag_without_an_engine() -> None:
     env = {"DOCKER_HOST": "tcp://127.0.0.1:9"}  # nothing answers there: none is needed
     plain = cli("images", "tag", "base", env=env)
     assert plain.code == 0, plain.err
-    assert plain.out == images.CATALOG["base"].tag + "\n"
+    assert plain.out == sandboximages.CATALOG["base"].tag + "\n"
     as_json = cli("images", "tag", "node", "--json", env=env)
     assert events(as_json.out) == [{**events(as_json.out)[0], "event": "image", "name": "node",
-                                    "tag": images.CATALOG["node"].tag, "schema": 1}]
+                                    "tag": sandboximages.CATALOG["node"].tag, "schema": 1}]
     unknown = cli("images", "tag", "java", env=env)
     assert unknown.code == 2 and "no image named 'java'" in unknown.err

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from retcon_sandbox import __version__
-from retcon_sandbox.repo import demo as d
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as d
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import Demo, Result, cli, cli_at_terminal, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI, Step, call
 from tests.scripts import reconstruction, stuck_then_fixed, with_gaps, write

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from retcon_sandbox.spec.settings import SandboxSettings, final_test
 from retcon_sandbox.verify.cache import Cache, Key, Outcome, Stage
 from tests.conftest import Demo, cli, make_demo

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.spec.settings import DEFAULTS
 
 
@@ -27,7 +27,7 @@ def say(line: str) -> None:
 @pytest.fixture(scope="session")
 def engine() -> DockerEngine:
     engine = DockerEngine()  # raises SandboxError, failing the tier, when no engine answers
-    images.ensure(engine, images.default_image(), say)
+    sandboximages.ensure(engine, sandboximages.default_image(), say)
     return engine
 
 
@@ -96,7 +96,7 @@ def leftover(engine: DockerEngine, labels: dict[str, str]) -> Iterator[str]:
     """A plain container of our image, started with testcontainers, whose labels make it look
     like what a killed run leaves behind: its id. The code under test is meant to remove it; if
     it did not, it goes at the end."""
-    container = DockerContainer(images.default_image(), command="sleep infinity",
+    container = DockerContainer(sandboximages.default_image(), command="sleep infinity",
                                 labels=labels)
     container.start()
     container_id = str(container.get_wrapped_container().id)
@@ -115,7 +115,7 @@ SMALL = DEFAULTS.replace(memory="256m", cpus=1.0, pids=128, workspace_size="64m"
 
 @pytest.fixture
 def backend(engine: DockerEngine, tmp_path: Path) -> DockerBackend:
-    return DockerBackend(engine, images.default_image(), SMALL, {}, tmp_path / "spec.toml")
+    return DockerBackend(engine, sandboximages.default_image(), SMALL, {}, tmp_path / "spec.toml")
 
 
 def build_test_image(engine: DockerEngine, tag: str, dockerfile: str) -> None:

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from retcon_sandbox.backends import images, liveness
+from retcon_sandbox.backends.docker import liveness, sandboximages
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import ImageError
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, make_demo
 from tests.docker.conftest import commit_sandbox, ours
 
@@ -101,10 +101,10 @@ def unnamed_environment(engine: DockerEngine, spec: Path, pid: str) -> str:
     with a prepared environment's label and its run's labels (the setup container's)."""
     owner = liveness.labels_of(liveness.this_process())
     container = engine.client.containers.create(
-        images.default_image(), ["true"],
+        sandboximages.default_image(), ["true"],
         labels={**owner, LABEL_RUN: "test", LABEL_SPEC: str(spec), liveness.LABEL_PID: pid})
     try:
-        return engine.commit_container(str(container.id), {images.LABEL_ENV_SCOPE: "test"})
+        return engine.commit_container(str(container.id), {sandboximages.LABEL_ENV_SCOPE: "test"})
     finally:
         container.remove(force=True)
 
@@ -119,12 +119,12 @@ def test_clean_removes_the_unnamed_image_of_a_killed_setup(engine: DockerEngine,
         result = cli("clean", str(live_spec), str(dead_spec))
         assert result.code == 0, result.out + result.err
         assert "Removed 1 unnamed environment image(s)" in result.out
-        left = engine.untagged_images(images.LABEL_ENV_SCOPE)
+        left = engine.untagged_images(sandboximages.LABEL_ENV_SCOPE)
         assert live in left and dead not in left and unrelated in left
 
         result = cli("clean", "--all", str(live_spec), "--json")
         assert json.loads(result.out)["images"] == 1, result.out + result.err
-        assert live not in engine.untagged_images(images.LABEL_ENV_SCOPE)
+        assert live not in engine.untagged_images(sandboximages.LABEL_ENV_SCOPE)
     finally:
         for image in (live, dead, unrelated):
             with contextlib.suppress(ImageError):

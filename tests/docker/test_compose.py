@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from retcon_sandbox import __version__
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import ROOT, building_from_root, exclusive
 
@@ -76,7 +76,7 @@ def runner_base(engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) 
     """retcon-sandbox/runner:latest, built once per test session on the base `images build` made
     (xdist workers take turns under a lock: the first builds, the others find it built, and no
     two write ROOT/wheels at once). Returns the base."""
-    base = images.ensure(engine, images.CATALOG["base"].tag, print)
+    base = sandboximages.ensure(engine, sandboximages.CATALOG["base"].tag, print)
     shared = tmp_path_factory.getbasetemp().parent  # one folder for every worker of the run
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
     with exclusive(shared / "compose-runner.lock"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import CLI, NEUTRAL, cli, llm_env, make_demo
 from tests.docker.conftest import commit_sandbox, leftover, ours, wait_for_process
 from tests.fake_openai import FakeOpenAI

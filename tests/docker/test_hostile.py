@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from retcon_sandbox.backends.api import HelperSandbox, ToolFailure
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.repo.gitrepo import Repo
@@ -132,10 +132,10 @@ def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Pa
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
     monkeypatch.setenv("SOME_HOST_VAR", "host-only")
-    from retcon_sandbox.backends import images
+    from retcon_sandbox.backends.docker import sandboximages
     from tests.docker.conftest import SMALL
 
-    backend = DockerBackend(engine, images.default_image(), SMALL, {"LANG": "C.UTF-8"},
+    backend = DockerBackend(engine, sandboximages.default_image(), SMALL, {"LANG": "C.UTF-8"},
                             tmp_path / "spec.toml")
     with backend.open("t") as box:
         output = box.run("env; cat /proc/1/environ | tr '\\0' '\\n'", 10).output
@@ -145,11 +145,12 @@ def test_the_build_environment_has_no_secrets(engine: DockerEngine, tmp_path: Pa
 
 def test_an_image_without_python3_is_refused_with_the_requirement(
         engine: DockerEngine, tmp_path: Path) -> None:
-    from retcon_sandbox.backends import images
+    from retcon_sandbox.backends.docker import sandboximages
     from tests.docker.conftest import SMALL, build_test_image
 
     build_test_image(engine, "retcon-sandbox-test/nopython:latest",
-                     f"FROM {images.default_image()}\nUSER root\nRUN rm -f /usr/bin/python3*\n")
+                     f"FROM {sandboximages.default_image()}\nUSER root\n"
+                     "RUN rm -f /usr/bin/python3*\n")
 
     backend = DockerBackend(engine, "retcon-sandbox-test/nopython:latest", SMALL, {},
                             tmp_path / "spec.toml")

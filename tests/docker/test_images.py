@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine, engine_version
 
 
@@ -20,8 +20,8 @@ from retcon_sandbox.backends.docker.engine import DockerEngine, engine_version
 ])
 def test_images_carry_their_toolchains(engine: DockerEngine, name: str,
                                        checks: list[str]) -> None:
-    tag = images.CATALOG[name].tag
-    images.ensure(engine, tag, lambda line: None)
+    tag = sandboximages.CATALOG[name].tag
+    sandboximages.ensure(engine, tag, lambda line: None)
     with DockerContainer(tag).with_command("sleep infinity") as container:
         for check in checks:
             code, output = container.exec(["sh", "-c", check])
@@ -39,19 +39,19 @@ def test_a_second_build_of_an_image_waits_for_the_first(engine: DockerEngine, tm
     """Two processes (or two test workers) on a fresh machine build an image once: the second
     waits for the first's lock, then finds the image there."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    tag = images.default_image()
+    tag = sandboximages.default_image()
     said: list[str] = []
     order: list[str] = []
     entered = threading.Event()
 
     def second() -> None:
         entered.wait(30)
-        with images.building(engine, tag, said.append):
+        with sandboximages.building(engine, tag, said.append):
             order.append("second")
 
     waiter = threading.Thread(target=second)
     waiter.start()
-    with images.building(engine, tag, said.append):
+    with sandboximages.building(engine, tag, said.append):
         entered.set()
         while not said and waiter.is_alive():
             time.sleep(0.05)

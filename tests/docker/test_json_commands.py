@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import cli
 
@@ -16,11 +16,11 @@ def test_images_list_and_build_json(engine: DockerEngine) -> None:
     rows = [json.loads(line) for line in listed.out.splitlines()]
     base = next(r for r in rows if r["name"] == "base")
     assert base["event"] == "image" and base["schema"] == 1
-    assert base["tag"] == images.CATALOG["base"].tag and base["state"] == "current"
+    assert base["tag"] == sandboximages.CATALOG["base"].tag and base["state"] == "current"
     built = cli("images", "build", "base", "--json")
     assert built.code == 0, built.err
     assert [(e["event"], e["tag"]) for e in map(json.loads, built.out.splitlines())] == [
-        ("image_built", images.CATALOG["base"].tag)]
+        ("image_built", sandboximages.CATALOG["base"].tag)]
 
 
 def test_clean_json_is_one_summary_event(engine: DockerEngine, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, DockerEngine
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, llm_env, make_demo
 from tests.docker.conftest import ours, wait_for_process
 from tests.fake_openai import FakeOpenAI, Hang, call

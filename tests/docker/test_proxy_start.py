@@ -11,9 +11,10 @@ from contextlib import contextmanager
 import pytest
 
 from retcon_sandbox import deadlines
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend, _wait_listening
+from retcon_sandbox.backends.docker.sandboxes import _wait_listening
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.resources import keeper_source
 
@@ -24,7 +25,7 @@ def proxy_running(backend: DockerBackend, script: str) -> Iterator[str]:
     whose command is not the proxy."""
     engine = backend.engine
     container = engine.create_container(dict(
-        image=images.default_image(), entrypoint=["/usr/bin/python3"],
+        image=sandboximages.default_image(), entrypoint=["/usr/bin/python3"],
         command=["-I", "-S", "-c", keeper_source(), "120", "0", "/bin/sh", "-c", script],
         stdin_open=True, detach=False, auto_remove=True, network_mode="none",
         labels={LABEL_RUN: backend.run_id, LABEL_SPEC: backend.spec_path}))

@@ -10,10 +10,11 @@ import contextlib
 import io
 from pathlib import Path
 
-from retcon_sandbox.backends import hostaccess, images
+from retcon_sandbox.backends import hostaccess
 from retcon_sandbox.backends.api import Sandbox
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 from retcon_sandbox.backends.environments import Environments
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.repo.gitrepo import Repo
@@ -43,7 +44,8 @@ def test_a_sandbox_changed_in_place_shows_a_command_what_a_fresh_one_does(
     write_branch(tmp_path / "repo", base, commits, "", tag="v0.1")
     repo = Repo(tmp_path / "repo")
     first, second = repo.tree_of("main"), repo.tree_of("feature~2")
-    backend = DockerBackend(engine, images.default_image(), SMALL, {}, tmp_path / "spec.toml")
+    backend = DockerBackend(engine, sandboximages.default_image(), SMALL, {},
+                            tmp_path / "spec.toml")
     envs = Environments(repo, backend, SMALL, hostaccess.HostAccess().setup,
                         JsonReporter(io.StringIO()), "feature")
     at = (repo.resolve("main"), 1)

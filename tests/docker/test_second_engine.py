@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from retcon_sandbox.backends import engines, images
+from retcon_sandbox.backends.docker import endpoints, sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import Demo, cli, make_demo
@@ -78,7 +78,7 @@ def dockerd_argv(dockerd: str, root: Path, port: int, driver: str, bridge: str) 
 
 def wait_ready(host: str, proc: subprocess.Popen[bytes]) -> DockerEngine | None:
     """The engine once it answers; None if the daemon exits first or never answers."""
-    endpoint = engines.select(given=host)
+    endpoint = endpoints.select(given=host)
     deadline = time.monotonic() + START_S
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -150,7 +150,7 @@ def second(engine: DockerEngine) -> Iterator[Second]:
 @pytest.fixture(scope="module")
 def loaded(engine: DockerEngine, second: Second) -> Second:
     """The second engine, holding the main engine's base image (the same ID)."""
-    tag = images.default_image()
+    tag = sandboximages.default_image()
     docker = shutil.which("docker")
     assert docker is not None, "the docker CLI loads the image into the second engine"
     save = subprocess.Popen([docker, "-H", engine.endpoint.host, "save", tag],
@@ -175,12 +175,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 
 def test_an_engine_without_the_image_is_named_with_the_command_to_load_it(
         engine: DockerEngine, second: Second, project: Demo) -> None:
-    if second.engine.has_image(images.default_image()):
+    if second.engine.has_image(sandboximages.default_image()):
         pytest.skip("the image is already loaded (the tests ran out of order)")
     result = cli("verify", "main..feature", "--build", "true", "--engine", engine.endpoint.host,
                  "--engine", second.host, cwd=project.path)
     assert result.code == 1, result.out + result.err
-    assert f"the engine {second.host} (--engine) has no image {images.default_image()}" \
+    assert f"the engine {second.host} (--engine) has no image {sandboximages.default_image()}" \
         in result.err
     assert f"DOCKER_HOST={second.host} docker load" in result.err
     assert f"DOCKER_HOST={second.host} retcon-sandbox images build" in result.err

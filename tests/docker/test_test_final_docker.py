@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import cli, make_demo
 from tests.docker.conftest import ours
 

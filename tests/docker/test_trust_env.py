@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import DockerBackend
-from retcon_sandbox.backends.environments import repository_scope, scope_digest
-from retcon_sandbox.backends.images import LABEL_ENV_SCOPE
+from retcon_sandbox.backends.docker.preparer import repository_scope
+from retcon_sandbox.backends.docker.sandboximages import LABEL_ENV_SCOPE
+from retcon_sandbox.backends.envkeys import scope_digest
 from retcon_sandbox.repo.gitrepo import Repo
 from tests.conftest import cli
 from tests.docker.test_setup import RUN, events, make_project, prepared
@@ -75,7 +76,7 @@ def test_a_spec_cannot_use_another_repositorys_environment(engine: DockerEngine,
 
 def test_a_spec_image_by_id_is_refused_and_the_command_line_may_give_one(
         engine: DockerEngine, tmp_path: Path) -> None:
-    base_id = engine.image_id(images.default_image())
+    base_id = engine.image_id(sandboximages.default_image())
     spec = project(tmp_path / "by-id", f'image = "{base_id}"\ntest = "true"')
     code, _, log = run(spec)
     assert code == 1 and "never by ID or digest" in log, log
@@ -111,7 +112,8 @@ def test_the_raised_limits_reach_the_container(engine: DockerEngine, tmp_path: P
     from retcon_sandbox.spec.settings import DEFAULTS
 
     settings = DEFAULTS.replace(memory="3g", pids=2048)
-    backend = DockerBackend(engine, images.default_image(), settings, {}, tmp_path / "s.toml")
+    backend = DockerBackend(engine, sandboximages.default_image(), settings, {},
+                            tmp_path / "s.toml")
     with backend.open("limits") as box:
         config = engine.client.api.inspect_container(box.container_id)["HostConfig"]
     assert (config["Memory"], config["PidsLimit"]) == (3 * 1024**3, 2048)

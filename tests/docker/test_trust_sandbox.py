@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.backends.api import HelperSandbox
+from retcon_sandbox.backends.docker.backend import DockerBackend
 from retcon_sandbox.backends.docker.engine import DockerEngine
-from retcon_sandbox.backends.docker.sandboxes import SYSCTLS, DockerBackend
+from retcon_sandbox.backends.docker.sandboxes import SYSCTLS
 from retcon_sandbox.errors import SandboxError
 from tests.conftest import CLI, NEUTRAL, Result
 from tests.docker.conftest import build_test_image

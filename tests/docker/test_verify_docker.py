@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from tests.conftest import CLI, cli, git, make_demo
 from tests.docker.conftest import ours
@@ -56,7 +56,7 @@ def test_cached_trees_need_no_container_and_verify_runs_n_at_a_time(engine: Dock
     cached = cli("verify", str(demo.spec), "--json")
     assert cached.code == 0, cached.err
     start = events(cached.out)[0]
-    image_id = engine.client.images.get(images.default_image()).id
+    image_id = engine.client.images.get(sandboximages.default_image()).id
     assert start["event"] == "verify_start"
     assert re.fullmatch(f"docker {image_id} setup:[0-9a-f]{{16}}", str(start["environment"]))
     assert all(e["cached"] for e in events(cached.out) if e["event"] == "commit_verified")
@@ -131,17 +131,17 @@ def test_passed_variables_reach_the_key_by_hmac_only(engine: DockerEngine, tmp_p
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
 
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
+    from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.spec.settings import DEFAULTS
 
     def environment(env: dict[str, str]) -> str:
-        return DockerBackend(engine, images.default_image(), DEFAULTS, env,
+        return DockerBackend(engine, sandboximages.default_image(), DEFAULTS, env,
                              tmp_path / "spec.toml").environment()
 
     passed = {"TOKEN": "1234"}
     monkeypatch.setenv("RETCON_SANDBOX_NOTES_KEY", "9c4e1f7a0b3d8e25c6f14a9b7d02e8c3f5a1b6d4")
     first = environment(passed)
-    assert first.startswith(f"docker {engine.image_id(images.default_image())} env:")
+    assert first.startswith(f"docker {engine.image_id(sandboximages.default_image())} env:")
     plain = hashlib.sha256(json.dumps(passed, sort_keys=True).encode()).hexdigest()
     assert plain[:16] not in first
     assert environment({"TOKEN": "1235"}) != first

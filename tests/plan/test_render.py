@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from retcon_sandbox.plan.draft import Group
-from retcon_sandbox.plan.render import Branches, Commands, guess_commands, spec_text
+from retcon_sandbox.plan.render import Branches, GuessedCommands, guess_commands, spec_text
 from retcon_sandbox.spec.file import parse
 
 ODD = ['plain', 'two\nlines', "quote ''' inside\nand more", 'ends with quote\'\nx',
@@ -16,7 +16,7 @@ def test_the_text_parses_to_the_groups_with_an_empty_history() -> None:
     groups = [Group((f"f{i}.py", 'we"ird name.py' if i == 0 else f"g{i}.py"), message,
                     f"hint {message}", "code") for i, message in enumerate(ODD)]
     text = spec_text(Branches("feat/x", "main", "feat/x-clean"), groups,
-                     Commands("make", None, "retcon-sandbox/rust", "Cargo.toml"),
+                     GuessedCommands("make", None, "retcon-sandbox/rust", "Cargo.toml"),
                      "A draft.\nSecond line.")
     assert text.startswith("# A draft.\n# Second line.\n")
     spec = parse(Path("spec.toml"), text)
@@ -39,11 +39,11 @@ def test_commands_guessed_from_the_tree() -> None:
     python = guess_commands(frozenset({"pkg/a.py", "tests/test_a.py"}))
     assert python.build and python.test and "pytest" in python.test
     assert guess_commands(frozenset({"pkg/a.py"})).test is None
-    assert guess_commands(frozenset({"README.md"})) == Commands()
+    assert guess_commands(frozenset({"README.md"})) == GuessedCommands()
 
 
 def test_a_header_holding_control_characters_stays_a_comment() -> None:
-    text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], Commands(),
+    text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], GuessedCommands(),
                      "model said: \x00 \r\x0b\x1b[31m red\u202e\nsecond")
     assert parse(Path("spec.toml"), text).commits[0].paths == ("x",)
     assert all(line.startswith("#") for line in text.splitlines()[:2])
@@ -68,7 +68,7 @@ def test_a_name_that_is_not_utf8_is_written_as_a_pattern_a_spec_can_hold() -> No
     from retcon_sandbox.paths import Patterns
 
     name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
-    text = spec_text(Branches("a", "b", "c"), [Group((name,), "m", "h", "code")], Commands(),
+    text = spec_text(Branches("a", "b", "c"), [Group((name,), "m", "h", "code")], GuessedCommands(),
                      "draft")
     parsed = parse(Path("spec.toml"), text.encode("utf-8").decode("utf-8"))
     assert parsed.commits[0].paths == ("caf?.txt",)

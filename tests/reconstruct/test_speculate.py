@@ -3,7 +3,8 @@ was begun ahead is what a serial run would do."""
 
 from __future__ import annotations
 
-from retcon_sandbox.reconstruct.steps.speculate import FULL, OFF, WARM, keep, worth
+from retcon_sandbox.pipeline import Pipeline
+from retcon_sandbox.reconstruct.steps.speculate import keep, worth
 from retcon_sandbox.spec.history import CommitCreated, Response, Started
 
 TREE = "a" * 40
@@ -27,7 +28,7 @@ def test_another_commit_or_a_recorded_entry_discards_it() -> None:
 
 
 def test_the_next_commit_is_begun_only_when_on_and_untouched() -> None:
-    assert worth(FULL, 2, 4, []) and worth(WARM, 2, 4, [])
-    assert not worth(OFF, 2, 4, [])  # --no-pipeline
-    assert not worth(FULL, 4, 4, None)  # the last commit: nothing follows
-    assert not worth(FULL, 2, 4, [Started()])  # a resumed commit runs as serially
+    assert worth(Pipeline.FULL, 2, 4, []) and worth(Pipeline.WARM, 2, 4, [])
+    assert not worth(Pipeline.OFF, 2, 4, [])  # --no-pipeline
+    assert not worth(Pipeline.FULL, 4, 4, None)  # the last commit: nothing follows
+    assert not worth(Pipeline.FULL, 2, 4, [Started()])  # a resumed commit runs as serially

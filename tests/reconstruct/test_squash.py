@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from tests.commands.test_execute import assert_every_commit_passes, subjects
 from tests.conftest import cli, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI, Step, call

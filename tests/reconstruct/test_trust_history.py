@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from retcon_sandbox.repo.provenance import PREFIX
 from tests.commands.test_execute import subjects
 from tests.conftest import Demo, cli, llm_env, make_demo

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
 from retcon_sandbox.repo.provenance import (
     BINARY,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from retcon_sandbox.paths import Patterns
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from retcon_sandbox.repo.gitrepo import Repo
 from tests.conftest import cli, make_demo
 

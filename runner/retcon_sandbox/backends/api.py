@@ -8,11 +8,12 @@ differ only in how they start the helper and move bytes to and from it.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from retcon_sandbox import deadlines
 from retcon_sandbox.archive import TarStream
@@ -43,6 +44,13 @@ from retcon_sandbox.protocol import (
     to_wire,
 )
 
+if TYPE_CHECKING:
+    from retcon_sandbox.backends.envkeys import Version
+    from retcon_sandbox.backends.hostaccess import SetupPolicy
+    from retcon_sandbox.repo.gitrepo import Repo
+    from retcon_sandbox.report import Reporter
+    from retcon_sandbox.spec.settings import SandboxSettings
+
 Answer = TypeVar("Answer")
 
 
@@ -60,42 +68,6 @@ FILE_TOOL_S = 60.0
 LOAD_S = 600.0
 COMMAND_MARGIN_S = 15.0
 LINE_CAP = 32 * 1024 * 1024  # the longest answer line the host accepts from the helper
-HEAD_BYTES = 24 * 1024
-TAIL_BYTES = 24 * 1024
-
-
-class OutputCapture:
-    """The head and tail of a command's output and its total size, in linear time and bounded
-    memory, however much is printed."""
-
-    def __init__(self) -> None:
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = HEAD_BYTES - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk[-TAIL_BYTES:]
-            if len(self.tail) > 2 * TAIL_BYTES:
-                del self.tail[: len(self.tail) - TAIL_BYTES]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.head) + min(len(self.tail), TAIL_BYTES)
-
-    def text(self) -> str:
-        tail = bytes(self.tail[-TAIL_BYTES:])
-        head = self.head.decode("utf-8", "replace")
-        if not self.truncated:
-            return head + tail.decode("utf-8", "replace")
-        skipped = self.total - len(self.head) - len(tail)
-        return (f"{head}\n[... {skipped} bytes of output omitted ...]\n"
-                + tail.decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True)
@@ -173,16 +145,44 @@ class Sandbox(Protocol):
     def run(self, command: str, timeout: float) -> CommandResult: ...
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """What a `Preparer` works for: one backend of a run (see `Environments`)."""
+
+    repo: Repo
+    settings: SandboxSettings
+    policy: SetupPolicy
+    report: Reporter
+    source: str  # the commit whose setups alone share a package cache
+    tag: str | None  # the git metadata's version tag
+    fresh: bool  # --no-cache: prepare each environment again, once per run
+    git_lock: threading.Lock
+
+
+class Preparer(Protocol):
+    """Prepared environments (`[sandbox] setup`) and the workspace's git metadata: Docker's
+    alone (`docker/preparer.py`). Sandboxes open through it, from a tree's environment."""
+
+    def key(self, tree: str) -> str | None: ...
+    def prepared_id(self, tree: str) -> str | None: ...
+    def image_for(self, tree: str, version: Version | None = None, prepare: bool = True
+                  ) -> str | None: ...
+    def open(self, label: str, image: str | None) -> AbstractContextManager[Sandbox]: ...
+    def prepare_workspace(self, box: Sandbox, tree: str, version: Version,
+                          with_first_command: bool = False) -> None: ...
+    def wipe(self, box: Sandbox, exec_used: Callable[[], None]) -> list[str] | None: ...
+    def settle(self) -> None: ...
+
+
 class Backend(Protocol):
     """Where sandboxes run. `open` gives one fresh sandbox, removed when the block exits.
 
     This is all the loop and `verify` need: a sandbox that speaks the helper's protocol over a
     byte stream (no volume, no port), a way to remove what a killed run left (`reap`, by the
     run's labels), and what keys the cache (`environment`). A pod reached by an exec stream
-    fits it as a container does (docs/scaling.md). Two things are not in it and stay Docker's
-    alone: prepared environments (`[sandbox] setup`: a container committed to an image, see
-    `Environments`) and the workspace's git metadata (`DockerSandbox.prepare_workspace`); any
-    other backend runs without them, with a warning."""
+    fits it as a container does (docs/scaling.md). Prepared environments and the workspace's
+    git metadata are a `Preparer`'s, which only Docker has: other backends answer None and
+    run without them, with a warning."""
 
     name: str
 
@@ -190,10 +190,19 @@ class Backend(Protocol):
     def reap(self) -> int: ...
     def describe(self) -> str: ...
 
+    def engine_name(self) -> str:
+        """Where the sandboxes go, as a run's header names it (the backend's name, or the
+        engine's endpoint)."""
+        ...
+
     def environment(self) -> str:
         """What, besides the tree and the commands, decides a build's result here: part of the
         verification cache's key (the image's ID for Docker; `Environments.describe()` adds
         the setup's)."""
+        ...
+
+    def preparer(self, job: Preparation) -> Preparer | None:
+        """Who prepares this backend's environments, or None where there are none."""
         ...
 
 

@@ -15,7 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from retcon_sandbox import userkey
-from retcon_sandbox.backends.api import LINE_CAP, HelperSandbox, check_isolation
+from retcon_sandbox.backends.api import (
+    LINE_CAP,
+    HelperSandbox,
+    Preparation,
+    Preparer,
+    check_isolation,
+)
 from retcon_sandbox.errors import SandboxError
 from retcon_sandbox.resources import helper_source
 
@@ -92,6 +98,12 @@ class LocalBackend:
 
     def describe(self) -> str:
         return "local (UNSANDBOXED: for tests only)"
+
+    def engine_name(self) -> str:
+        return self.name
+
+    def preparer(self, job: Preparation) -> Preparer | None:
+        return None  # no prepared environments: the host's own toolchain runs
 
     def environment(self) -> str:
         """The host's toolchain, as far as it can be named: the variables the commands see."""

@@ -13,7 +13,7 @@ environment is keyed on exactly those files, not on every manifest of the tree.
 
 A setup entry may chain such commands with `&&`. Anything else (another program, another
 option, a path, a URL, a variable, a glob, a redirection, `;`, `|`) is not classified, and the
-whole setup keeps the conservative keying (every manifest, see `environments.DEFAULT_INPUTS`):
+whole setup keeps the conservative keying (every manifest, see `envkeys.DEFAULT_INPUTS`):
 a wrong classification would keep a stale environment, a missed one only prepares more often.
 Pure: the tree's entries and a reader of its blobs, no git, no Docker.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from retcon_sandbox.backends import images, liveness
+from retcon_sandbox.backends.docker import liveness, sandboximages
 from retcon_sandbox.backends.docker.engine import LABEL_SPEC, DockerEngine
 from retcon_sandbox.errors import EXIT_OK, ImageError
 from retcon_sandbox.report import JsonReporter
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             networks += 1
     unnamed = _unnamed_environments(engine, specs, here, args.all)
     # Package caches no prepared environment uses (one a setup still uses is kept)
-    caches = [] if specs else images.prune_caches(engine, lambda _: None)
+    caches = [] if specs else sandboximages.prune_caches(engine, lambda _: None)
     if getattr(args, "json", False):
         JsonReporter().emit("clean", removed=removed, kept=kept, networks=networks,
                             images=unnamed, caches=len(caches), all=bool(args.all))
@@ -69,7 +69,7 @@ def _unnamed_environments(engine: DockerEngine, specs: set[str], here: str,
                           everything: bool) -> int:
     """Remove the unnamed images a killed setup left (see the module's text); the count."""
     removed = 0
-    for image_id, labels in engine.untagged_images(images.LABEL_ENV_SCOPE).items():
+    for image_id, labels in engine.untagged_images(sandboximages.LABEL_ENV_SCOPE).items():
         if named(labels, specs) and removable(labels, here, everything):
             try:
                 engine.remove_image(image_id)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from retcon_sandbox.commands import execute
 from retcon_sandbox.errors import EXIT_OK, UsageError
-from retcon_sandbox.repo import demo as demo_project
+from retcon_sandbox.repo import demoproject as demo_project
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import JsonReporter
 

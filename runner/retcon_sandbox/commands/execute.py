@@ -30,7 +30,8 @@ from retcon_sandbox.commands.options import (
     sandbox_settings,
 )
 from retcon_sandbox.errors import EXIT_ERROR, RetconError
-from retcon_sandbox.reconstruct import engine
+from retcon_sandbox.pipeline import Pipeline
+from retcon_sandbox.reconstruct import driver
 from retcon_sandbox.reconstruct.context import Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
 from retcon_sandbox.repo import checks
@@ -86,7 +87,7 @@ class ExecuteOptions:
     package_cache: bool = True
     limits: tuple[tuple[str, object], ...] = ()  # --memory, --cpus, ... (see limit_options)
     trust_notes: bool = False
-    pipeline: str | None = None  # see RunOptions.pipeline; None: `default_pipeline`
+    pipeline: Pipeline | None = None  # see RunOptions.pipeline; None: `default_pipeline`
     summary: Path | None = None  # --summary FILE: the Markdown job summary, appended
 
     @classmethod
@@ -175,7 +176,7 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
                   source=revs.source, base=revs.base, final=final, state=state_dir)
         started.append(ctx)
         try:
-            result = engine.run(ctx)
+            result = driver.run(ctx)
         except RetconError as exc:
             if exc.exit_code == EXIT_ERROR:
                 exc.hint = f"{exc.hint}\n{ctx.what_was_recorded()}".lstrip("\n")

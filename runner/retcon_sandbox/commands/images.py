@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine
 from retcon_sandbox.errors import EXIT_OK, UsageError
 from retcon_sandbox.report import JsonReporter, verbosity
@@ -21,10 +21,10 @@ def _say(line: str) -> None:
 
 
 def _known(names: list[str]) -> None:
-    unknown = [n for n in names if n not in images.CATALOG]
+    unknown = [n for n in names if n not in sandboximages.CATALOG]
     if unknown:
         raise UsageError(f"no image named {', '.join(map(repr, unknown))}",
-                         "Known: " + ", ".join(images.CATALOG))
+                         "Known: " + ", ".join(sandboximages.CATALOG))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     reporter = JsonReporter() if as_json else None
     if args.action == "tag":  # no engine needed: the tag is the digest of the inputs
         _known([args.name])
-        tag = images.CATALOG[args.name].tag
+        tag = sandboximages.CATALOG[args.name].tag
         if reporter:
             reporter.emit("image", name=args.name, tag=tag)
         else:
@@ -43,29 +43,29 @@ def run(args: argparse.Namespace) -> int:
     engine = DockerEngine()
     if args.action == "build":
         _known(args.names)
-        for name in args.names or list(images.CATALOG):
-            tag = images.ensure(engine, images.CATALOG[name].tag, _say)
+        for name in args.names or list(sandboximages.CATALOG):
+            tag = sandboximages.ensure(engine, sandboximages.CATALOG[name].tag, _say)
             if reporter:
                 reporter.emit("image_built", name=name, tag=tag)
             else:
                 print(f"Built {tag}")
         if not reporter and (not args.names or "base" in args.names) and verbosity() >= 0:
             print("  compose.yaml builds on it with: export RETCON_SANDBOX_BASE_IMAGE="
-                  + images.CATALOG["base"].tag)
+                  + sandboximages.CATALOG["base"].tag)
     elif args.action == "bootstrap":
-        tag = images.bootstrap(engine, _say)
+        tag = sandboximages.bootstrap(engine, _say)
         if reporter:
             reporter.emit("image_bootstrapped", tag=tag)
         else:
             print(f"Bootstrapped {tag}; `retcon-sandbox images build` now builds offline.")
     elif args.action == "list":
-        for row in images.listing(engine):
+        for row in sandboximages.listing(engine):
             if reporter:
                 reporter.emit("image", name=row.name, tag=row.tag, state=row.state)
             else:
                 print(sanitize(f"  {row.name:<6} {row.tag:<36} {row.state}"))
     else:
-        removed = images.prune(engine, _say, environments=args.environments)
+        removed = sandboximages.prune(engine, _say, environments=args.environments)
         if reporter:
             reporter.emit("images_pruned", removed=removed)
         else:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 def transfer(args: argparse.Namespace, reporter: JsonReporter | None) -> int:
     """`export FILE` (FILE checked before the engine is asked anything) or `import FILE`."""
-    from retcon_sandbox.backends import envtransfer
+    from retcon_sandbox.backends.docker import envtransfer
     from retcon_sandbox.commands.options import find_repo
 
     repo = find_repo(Path(args.repo) if args.repo else None, None)

@@ -22,6 +22,7 @@ from retcon_sandbox.errors import (
     UsageError,
     env_number,
 )
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
 from retcon_sandbox.spec.file import Spec
@@ -46,8 +47,8 @@ NO_ACCESS = HostAccess()
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
-    from retcon_sandbox.backends.engines import Endpoint
+    from retcon_sandbox.backends.docker.backend import DockerBackend
+    from retcon_sandbox.backends.docker.endpoints import Endpoint
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
     from retcon_sandbox.model.llm import ModelSettings
@@ -306,20 +307,20 @@ def make_backends(kind: str, spec: Spec, settings: SandboxSettings,
     on), and it is not built there (a build over a remote link takes minutes): the error says
     how to load it. [sandbox] setup runs on one engine only."""
     if kind == "docker" and len(set(engine_given)) > 1:
-        from retcon_sandbox.backends import engines
+        from retcon_sandbox.backends.docker import endpoints
 
         if settings.setup:
             raise UsageError("[sandbox] setup is not supported with several --engine: each "
                              "engine would prepare an environment of its own",
                              "Give one --engine (or none) for a project with a setup.")
-        endpoints = engines.select_all(engine_given)
-        first = _docker_backend(spec, settings, access, spec_image, repo, endpoints[0])
+        chosen = endpoints.select_all(engine_given)
+        first = _docker_backend(spec, settings, access, spec_image, repo, chosen[0])
         return [first, *(_second_backend(first, endpoint, spec, settings, access)
-                         for endpoint in endpoints[1:])]
+                         for endpoint in chosen[1:])]
     if kind == "docker":
-        from retcon_sandbox.backends import engines
+        from retcon_sandbox.backends.docker import endpoints
 
-        endpoint = engines.select(given=engine_given[0]) if engine_given else None
+        endpoint = endpoints.select(given=engine_given[0]) if engine_given else None
         return [_docker_backend(spec, settings, access, spec_image, repo, endpoint)]
     if engine_given:
         raise UsageError("--engine names a Docker engine: it is not used with --sandbox local",
@@ -340,9 +341,9 @@ def _local_backend(kind: str, access: HostAccess) -> Backend:
 def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
                     spec_image: str | None, repo: Repo | None,
                     endpoint: Endpoint | None) -> DockerBackend:
-    from retcon_sandbox.backends import images
+    from retcon_sandbox.backends.docker import sandboximages
+    from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.backends.docker.engine import DockerEngine
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
     engine = DockerEngine(endpoint)
     def say(line: str) -> None:
@@ -351,16 +352,16 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
 
     if raised_limits(settings):
         check_engine_limits(settings, *engine.resources())
-    tag = images.ensure(engine, settings.image or images.default_image(), say,
+    tag = sandboximages.ensure(engine, settings.image or sandboximages.default_image(), say,
                         allow_pull=access.allow_pull)
     if spec_image is not None and settings.image == spec_image:
-        from retcon_sandbox.backends.environments import check_spec_image, repository_scope
+        from retcon_sandbox.backends.docker.preparer import check_spec_image, repository_scope
 
         check_spec_image(engine, tag, repository_scope(repo) if repo is not None else None)
     proxy = None  # setup's egress proxy and the package cache's root containers run from our
     # own base image (never the run's, which a spec names), built before any table
     if settings.setup and (access.setup.network == "registries" or access.setup.package_cache):
-        proxy = images.ensure(engine, images.default_image(), say)
+        proxy = sandboximages.ensure(engine, sandboximages.default_image(), say)
     return DockerBackend(engine, tag, settings, access.variables,
                          Path(os.path.realpath(spec.path)), proxy)
 
@@ -368,8 +369,8 @@ def _docker_backend(spec: Spec, settings: SandboxSettings, access: HostAccess,
 def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
                     settings: SandboxSettings, access: HostAccess) -> DockerBackend:
     """A further engine for `verify`: it must hold the first engine's image, the same one."""
+    from retcon_sandbox.backends.docker.backend import DockerBackend
     from retcon_sandbox.backends.docker.engine import DockerEngine
-    from retcon_sandbox.backends.docker.sandboxes import DockerBackend
 
     engine = DockerEngine(endpoint)
     if raised_limits(settings):
@@ -392,17 +393,17 @@ def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
                          Path(os.path.realpath(spec.path)), None)
 
 
-def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> str:
+def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> Pipeline:
     """`execute`'s overlap when neither --pipeline nor --no-pipeline is given: the next
     commit's sandbox prepared ahead ("warm"), except over an ssh:// engine ("off"), where every
     stream and API connection is a session of one SSH connection and sshd allows 10
     (MaxSessions): two sandboxes at once can run out of them."""
     if kind != "docker":
-        return "warm"
-    from retcon_sandbox.backends import engines
+        return Pipeline.WARM
+    from retcon_sandbox.backends.docker import endpoints
 
-    ssh = any(host.startswith("ssh://") for host in engines.hosts(engine_given))
-    return "off" if ssh else "warm"
+    ssh = any(host.startswith("ssh://") for host in endpoints.hosts(engine_given))
+    return Pipeline.OFF if ssh else Pipeline.WARM
 
 
 def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
@@ -410,6 +411,6 @@ def engine_in_use(kind: str, engine_given: Sequence[str] = ()) -> str | None:
     default socket), for the header and --json; None for the local backend."""
     if kind != "docker":
         return None
-    from retcon_sandbox.backends import engines
+    from retcon_sandbox.backends.docker import endpoints
 
-    return engines.describe_all(engines.select_all(engine_given))
+    return endpoints.describe_all(endpoints.select_all(engine_given))

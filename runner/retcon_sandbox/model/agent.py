@@ -18,8 +18,8 @@ from retcon_sandbox.model.tools import (
     ArgumentError,
     EmptyCommit,
     GaveUp,
-    Outcome,
     StepContext,
+    ToolOutcome,
     openai_schema,
     parse_call,
 )
@@ -64,7 +64,7 @@ class Agent:
 
     def run(self, ctx: StepContext, task: str, label: str,
             offered: tuple[str, ...] = WORK_TOOLS, system: str = "system",
-            number: int | None = None) -> tuple[Outcome, Usage]:
+            number: int | None = None) -> tuple[ToolOutcome, Usage]:
         """One step; `number`: the commit it works on, for the progress lines."""
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": prompt(system)},
@@ -101,7 +101,7 @@ class Agent:
 
     @staticmethod
     def _act(ctx: StepContext, reply: Reply, offered: tuple[str, ...]
-             ) -> tuple[Outcome | None, list[dict[str, Any]], int]:
+             ) -> tuple[ToolOutcome | None, list[dict[str, Any]], int]:
         if not reply.tool_calls:
             return None, [{"role": "user", "content": prompt("nudge")}], 0
         results: list[dict[str, Any]] = []

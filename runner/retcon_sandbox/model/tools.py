@@ -1,6 +1,6 @@
 """The model's tools, each defined once: its schema, its argument checks and its handler.
 
-A handler answers with text for the model, or with an `Outcome` that ends the step. Which tools a
+A handler answers with text for the model, or with a `ToolOutcome` that ends the step. Which tools a
 step offers is a tuple of names; a call to any other name is answered with an error the model
 can correct.
 """
@@ -53,7 +53,7 @@ class Planned:
     commits: tuple[tuple[str, tuple[str, ...], str], ...]
 
 
-Outcome = Committed | GaveUp | NothingLeft | Assigned | Planned
+ToolOutcome = Committed | GaveUp | NothingLeft | Assigned | Planned
 
 
 class EmptyCommit(ToolFailure):
@@ -147,7 +147,7 @@ class StepContext:
 
 # --- the handlers ----------------------------------------------------------------------------
 
-Handler = Callable[[StepContext, dict[str, Any]], "str | Outcome"]
+Handler = Callable[[StepContext, dict[str, Any]], "str | ToolOutcome"]
 
 
 def _read_file(ctx: StepContext, a: dict[str, Any]) -> str:
@@ -178,7 +178,7 @@ def _run_tests(ctx: StepContext, a: dict[str, Any]) -> str:
     return describe(ctx.verifier.run(ctx.state, "test"), "Tests")
 
 
-def _create_commit(ctx: StepContext, a: dict[str, Any]) -> Outcome:
+def _create_commit(ctx: StepContext, a: dict[str, Any]) -> ToolOutcome:
     if not ctx.state.changes() or ctx.state.tree() == ctx.state.base_tree:
         raise EmptyCommit("nothing to commit: the working state has no change since the last "
                           "commit. Make the change first; if earlier commits already hold "
@@ -187,11 +187,11 @@ def _create_commit(ctx: StepContext, a: dict[str, Any]) -> Outcome:
     return Committed(unicode_text(str(a["message"]), "message").strip())
 
 
-def _report_stuck(ctx: StepContext, a: dict[str, Any]) -> Outcome:
+def _report_stuck(ctx: StepContext, a: dict[str, Any]) -> ToolOutcome:
     return GaveUp(str(a["summary"]).strip() or "(no summary)")
 
 
-def _nothing_to_extract(ctx: StepContext, a: dict[str, Any]) -> Outcome:
+def _nothing_to_extract(ctx: StepContext, a: dict[str, Any]) -> ToolOutcome:
     if ctx.state.changes() and ctx.state.tree() != ctx.state.base_tree:
         raise ToolFailure("the working state has changes: call create_commit to commit them, "
                           "or undo them first if this commit really has nothing to take")
@@ -214,7 +214,7 @@ def _assign_path(ctx: StepContext, a: dict[str, Any]) -> str:
     return ctx.assignments.assign(a["path"], a["commit"])
 
 
-def _finish_assignment(ctx: StepContext, a: dict[str, Any]) -> Outcome:
+def _finish_assignment(ctx: StepContext, a: dict[str, Any]) -> ToolOutcome:
     if ctx.assignments is None:
         raise ToolFailure("finish_assignment is only offered in the remainder step")
     return Assigned(dict(ctx.assignments.chosen))
@@ -226,7 +226,7 @@ def _propose_commit(ctx: StepContext, a: dict[str, Any]) -> str:
     return ctx.proposals.propose(a["message"], a["paths"], a.get("hints") or "")
 
 
-def _finish_plan(ctx: StepContext, a: dict[str, Any]) -> Outcome:
+def _finish_plan(ctx: StepContext, a: dict[str, Any]) -> ToolOutcome:
     if ctx.proposals is None:
         raise ToolFailure("finish_plan is only offered in the plan step")
     return Planned(tuple(ctx.proposals.commits))
@@ -374,5 +374,5 @@ def parse_call(name: str, raw: str, offered: tuple[str, ...]) -> tuple[Tool, dic
     return tool, args
 
 
-def call(ctx: StepContext, tool: Tool, args: dict[str, Any]) -> str | Outcome:
+def call(ctx: StepContext, tool: Tool, args: dict[str, Any]) -> str | ToolOutcome:
     return tool.handler(ctx, args)

@@ -19,7 +19,7 @@ class Branches:
 
 
 @dataclass(frozen=True)
-class Commands:
+class GuessedCommands:
     """Build and test commands guessed from the tree, and what they were guessed from."""
 
     build: str | None = None
@@ -28,21 +28,21 @@ class Commands:
     reason: str = ""
 
 
-def guess_commands(files: frozenset[str]) -> Commands:
+def guess_commands(files: frozenset[str]) -> GuessedCommands:
     """Commands for the usual layouts (a Cargo, npm or Python project at the root)."""
     if "Cargo.toml" in files:
-        return Commands("cargo build --offline", "cargo test --offline", "retcon-sandbox/rust",
-                        "Cargo.toml")
+        return GuessedCommands("cargo build --offline", "cargo test --offline",
+                               "retcon-sandbox/rust", "Cargo.toml")
     if "package.json" in files:
-        return Commands(None, "npm test", "retcon-sandbox/node", "package.json")
+        return GuessedCommands(None, "npm test", "retcon-sandbox/node", "package.json")
     python = sorted({p.split("/")[0] for p in files if p.endswith(".py")})
     if python:
         has_tests = any(p.rsplit("/", 1)[-1].startswith("test_") or p.startswith("tests/")
                         for p in files if p.endswith(".py"))
-        return Commands("python3 -m compileall -q .",
-                        "python3 -m pytest -q -p no:cacheprovider" if has_tests else None,
-                        None, "the Python files")
-    return Commands()
+        return GuessedCommands("python3 -m compileall -q .",
+                               "python3 -m pytest -q -p no:cacheprovider" if has_tests else None,
+                               None, "the Python files")
+    return GuessedCommands()
 
 
 def toml_string(value: str) -> str:
@@ -80,7 +80,7 @@ def spec_safe(text: str, subject: bool) -> str:
     return "\n".join([first.replace("\t", "\\t") if subject else first, *rest])
 
 
-def spec_text(branches: Branches, groups: Sequence[Group], commands: Commands,
+def spec_text(branches: Branches, groups: Sequence[Group], commands: GuessedCommands,
               header: str) -> str:
     lines = [f"# {line}" if line else "#" for line in sanitize(header).split("\n")]
     lines += [

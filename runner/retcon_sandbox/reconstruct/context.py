@@ -20,7 +20,8 @@ from retcon_sandbox.backends.api import Backend, Sandbox
 from retcon_sandbox.backends.environments import Environments, Warming
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
-from retcon_sandbox.model.tools import Outcome
+from retcon_sandbox.model.tools import ToolOutcome
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.reconstruct import ownership
 from retcon_sandbox.repo import provenance
 from retcon_sandbox.repo.gitrepo import Repo, TreeEntry
@@ -58,9 +59,7 @@ class RunOptions:
     accept_provenance: bool = False  # releases the --strict-provenance stops already recorded
     adopt_branch: bool = False  # work on an existing cleaned branch this spec did not create
     base_check: bool = True  # the base commit explains a first failure (--no-base-check: not)
-    # while a commit builds and tests: "warm" opens the next one's sandbox, "full" also has
-    # the model extract it ahead (steps/speculate.py); "off": one thing at a time
-    pipeline: str = "off"
+    pipeline: Pipeline = Pipeline.OFF  # what overlaps a commit's build and tests
 
 
 class Buffered:
@@ -92,7 +91,7 @@ class Speculation:
     base_tree: str
     state: WorkState
     stack: contextlib.ExitStack
-    outcome: Outcome | None
+    outcome: ToolOutcome | None
     events: list[tuple[str, dict[str, Any]]]
     tokens: int
 

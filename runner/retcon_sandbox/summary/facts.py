@@ -134,11 +134,11 @@ class Facts:
 # --- results and commits -----------------------------------------------------------------
 
 
-Commands = tuple[str | None, str | None]  # build, test
+CommandPair = tuple[str | None, str | None]  # build, test
 
 
-def result_of(cache: Cache, tree: str, wanted: Commands | None
-              ) -> tuple[Outcome, Commands] | None:
+def result_of(cache: Cache, tree: str, wanted: CommandPair | None
+              ) -> tuple[Outcome, CommandPair] | None:
     """The newest result kept for `tree` and the commands it ran: ours before a claim, under
     the `wanted` commands when a result under them exists."""
     found = [(outcome, (key.build, key.test), ours) for key, outcome, ours
@@ -150,7 +150,7 @@ def result_of(cache: Cache, tree: str, wanted: Commands | None
 
 
 def commits(repo: Repo, cache: Cache, rows: Sequence[tuple[str, str, str]],
-            wanted: Commands | None, entries: dict[str, int] | None = None
+            wanted: CommandPair | None, entries: dict[str, int] | None = None
             ) -> tuple[Commit, ...]:
     """Each (sha, tree, subject) with its diff stat against its first parent and its result."""
     found = []

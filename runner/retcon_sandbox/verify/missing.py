@@ -1,6 +1,6 @@
 """A missing dependency, read from a failing build or test's output (pure: text in, verdict out).
 
-The base commit is built and tested before the first commit (reconstruct/engine.py,
+The base commit is built and tested before the first commit (reconstruct/driver.py,
 `preflight`): when it fails because a module, crate or package is not installed, the run stops
 with a message naming it and the `[sandbox] setup` recipe that installs it, instead of every
 commit failing for the same reason and ending stuck. The patterns are those of real outputs:

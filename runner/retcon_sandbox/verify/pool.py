@@ -20,7 +20,7 @@ The git metadata is made in its own exec while the tree before runs, when a core
 it; when the workers take every core (or nothing is made ready ahead), in the exec of the
 tree's first command instead, which saves an exec's CPU per tree (`prepare_with_command`).
 
-`phases` adds up where the time goes (see `Environments.Phases`); RETCON_SANDBOX_VERIFY_AHEAD=0
+`phases` adds up where the time goes (see `environments.Phases`); RETCON_SANDBOX_VERIFY_AHEAD=0
 turns the look-ahead off, RETCON_SANDBOX_VERIFY_PREPARE=exec or =command chooses where the git
 metadata is made, and `verify --no-reuse` turns the reuse off (the bench compares them).
 """
@@ -39,7 +39,8 @@ from dataclasses import dataclass
 
 from retcon_sandbox import threads
 from retcon_sandbox.backends.api import Sandbox
-from retcon_sandbox.backends.environments import Environments, Opened, Phases, Place
+from retcon_sandbox.backends.environments import Environments, Opened, Phases
+from retcon_sandbox.backends.envkeys import Place
 from retcon_sandbox.errors import RetconError
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
 from retcon_sandbox import threads
-from retcon_sandbox.backends import engines
+from retcon_sandbox.backends.docker import endpoints
 from retcon_sandbox.errors import ImageError, SandboxError, env_number
 from retcon_sandbox.text import plain_number, sanitize_name
 
@@ -73,7 +73,7 @@ def _connect_deadline() -> float:
                       maximum=MAX_CONNECT_DEADLINE_S)
 
 
-def _bad_address(exc: ValueError, endpoint: engines.Endpoint) -> SandboxError:
+def _bad_address(exc: ValueError, endpoint: endpoints.Endpoint) -> SandboxError:
     """The SDK cannot parse the engine's address (a port out of range, an unclosed IPv6
     bracket): name the setting that gave it, and its value."""
     if endpoint.source == "--engine":
@@ -88,7 +88,7 @@ def _bad_address(exc: ValueError, endpoint: engines.Endpoint) -> SandboxError:
                         "tcp://[::1]:2376) or ssh://USER@HOST, or a docker context's name.")
 
 
-def _no_engine(exc: BaseException, deadline: float, endpoint: engines.Endpoint) -> SandboxError:
+def _no_engine(exc: BaseException, deadline: float, endpoint: endpoints.Endpoint) -> SandboxError:
     """The engine cannot be used: where we looked (DOCKER_HOST's value, or the context or
     default socket in use), and what to do."""
     given = endpoint.source == "--engine"
@@ -189,14 +189,14 @@ class DockerEngine:
     """A connection to the engine at `endpoint` (default: DOCKER_HOST, the docker context, or
     the default socket)."""
 
-    def __init__(self, endpoint: engines.Endpoint | None = None) -> None:
-        self.endpoint = engines.select() if endpoint is None else endpoint
+    def __init__(self, endpoint: endpoints.Endpoint | None = None) -> None:
+        self.endpoint = endpoints.select() if endpoint is None else endpoint
         deadline = _connect_deadline()
         try:
             with threads.quiet():  # paramiko's transport thread (ssh://) leaves Ctrl-C to us
                 self.client = self._client(deadline)
                 version = self.client.version()  # an answer: no ping needed before it
-            engines.refuse_unsupported(self.endpoint, version)
+            endpoints.refuse_unsupported(self.endpoint, version)
         except _connect_errors() as exc:
             raise _no_engine(exc, deadline, self.endpoint) from None
         self.client.api.timeout = 120

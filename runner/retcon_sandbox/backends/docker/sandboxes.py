@@ -22,21 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from retcon_sandbox import deadlines, userkey
-from retcon_sandbox.backends import liveness
 from retcon_sandbox.backends.api import (
     COMMAND_MARGIN_S,
     CommandResult,
     DeadlineExceeded,
     HelperSandbox,
-    OutputCapture,
     ToolFailure,
     check_isolation,
 )
+from retcon_sandbox.backends.docker import liveness
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine, EngineError
 from retcon_sandbox.backends.docker.leases import LEASE_S, Leases
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
 from retcon_sandbox.backends.hostaccess import CACHE_PATH
 from retcon_sandbox.errors import ImageError, SandboxError
+from retcon_sandbox.protocol import OutputCapture
 from retcon_sandbox.resources import (
     egress_source,
     helper_source,
@@ -84,9 +84,9 @@ SYSCTLS = {"net.ipv4.tcp_max_tw_buckets": "0", "net.ipv4.tcp_no_metrics_save": "
 
 class DockerSandbox(HelperSandbox):
     """File tools through the helper; each command in a `docker exec` of its own, under the
-    commands' uid, read and capped by the host (see `DockerBackend.run_command`)."""
+    commands' uid, read and capped by the host (see `DockerSandboxes.run_command`)."""
 
-    def __init__(self, transport: ExecTransport, backend: DockerBackend, container_id: str,
+    def __init__(self, transport: ExecTransport, backend: DockerSandboxes, container_id: str,
                  env: dict[str, str] | None = None) -> None:
         super().__init__(transport, backend.env if env is None else env)
         self._backend = backend
@@ -146,7 +146,7 @@ class DockerSandbox(HelperSandbox):
     def owned_files(self, timeout: float) -> int | None:
         """How many files, folders and links outside the tmpfs mounts belong to the commands'
         uid or group: setup runs as that uid without capabilities, so everything it makes
-        does (see `Environments._within_files`). None when that cannot be told: a folder of
+        does (see `Preparer._within_files`). None when that cannot be told: a folder of
         theirs the uid cannot read (the engine's own count is asked then)."""
         result = self.run(OWNED_FILES, timeout)
         text = result.output.strip()
@@ -166,7 +166,10 @@ class DockerSandbox(HelperSandbox):
                                "did the engine stop? Rerun to resume.") from None
 
 
-class DockerBackend:
+class DockerSandboxes:
+    """The containers of a run: its sandboxes, setup's container and its egress proxy.
+    `DockerBackend` (`backend.py`) adds the prepared environments."""
+
     name = "docker"
 
     def __init__(self, engine: DockerEngine, image: str, settings: SandboxSettings,
@@ -186,6 +189,9 @@ class DockerBackend:
         self.proxy_log: Callable[[], str] = lambda: ""  # the last setup's egress decisions
         self.sysctls = dict(SYSCTLS)  # emptied when the engine cannot set them (`_started`)
         self.leases = Leases(engine)  # each container's input, held while the run lives
+
+    def engine_name(self) -> str:
+        return self.engine.endpoint.describe()
 
     def describe(self) -> str:
         s = self.settings

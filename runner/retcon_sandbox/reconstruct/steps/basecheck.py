@@ -20,32 +20,32 @@ from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.verify import missing
 
 
-def explain_failure(run: Run) -> None:
+def explain_failure(ctx: Run) -> None:
     """After a failed verification: when the failing tree is the first commit on the base (the
     branch's tip's parent is the merge-base), and this run has not checked the base yet, build
     and test the base (cached like any tree). A missing module, crate or package raises a
     ConfigError naming it and the setup that installs it; any other failure is a warning."""
-    if not run.options.base_check or run.base_checked or not run.verifier.runs_anything:
+    if not ctx.options.base_check or ctx.base_checked or not ctx.verifier.runs_anything:
         return
-    if run.repo.parent_of(run.tip()) != run.base:
+    if ctx.repo.parent_of(ctx.tip()) != ctx.base:
         return
-    run.base_checked = True
-    tree = run.repo.tree_of(run.base)
+    ctx.base_checked = True
+    tree = ctx.repo.tree_of(ctx.base)
     with contextlib.ExitStack() as stack:
         opened: list[Sandbox] = []
 
         def box() -> Sandbox:
             if not opened:
-                place = (run.base, 0)
-                opened.append(stack.enter_context(run.envs.sandbox("base-check", tree,
+                place = (ctx.base, 0)
+                opened.append(stack.enter_context(ctx.envs.sandbox("base-check", tree,
                                                                    place)).box)
             return opened[0]
 
-        outcome = run.verifier.baseline(tree, box)
+        outcome = ctx.verifier.baseline(tree, box)
     failed = next((s.which for s in outcome.stages if not s.passed), "test")
-    verdict = missing.judge(outcome.failure, run.settings.setup, run.repo.ls_tree(tree),
+    verdict = missing.judge(outcome.failure, ctx.settings.setup, ctx.repo.ls_tree(tree),
                             "build" if failed == "build" else "tests")
     if isinstance(verdict, ConfigError):
         raise verdict
     if verdict is not None:
-        run.report.emit("warning", message=verdict)
+        ctx.report.emit("warning", message=verdict)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import GitError, StuckError
-from retcon_sandbox.model.tools import Outcome
+from retcon_sandbox.model.tools import ToolOutcome
 from retcon_sandbox.reconstruct.context import Run
 from retcon_sandbox.reconstruct.steps.extract import extract
 from retcon_sandbox.reconstruct.steps.fixloop import verify
@@ -28,24 +28,24 @@ from retcon_sandbox.spec.history import (
 ACCEPTED = "accepted on the command line (--accept-provenance)"
 
 
-def process(run: Run, number: int) -> None:
-    commit = run.commit_spec(number)
+def process(ctx: Run, number: int) -> None:
+    commit = ctx.commit_spec(number)
     step = next_step(commit.history)
     if isinstance(step, Done):
         return
     event = "commit_start" if isinstance(step, Fresh) else "resume"
-    run.report.emit(event, number=number, total=len(run.spec.commits), subject=commit.subject)
+    ctx.report.emit(event, number=number, total=len(ctx.spec.commits), subject=commit.subject)
     if isinstance(step, Blocked):
-        commit = unblock(run, commit, step, previously=True)
+        commit = unblock(ctx, commit, step, previously=True)
     if isinstance(step, Verify):
-        recover(run, commit, step)
+        recover(ctx, commit, step)
         if step.interrupted:
-            run.report.emit("reverifying", number=number, sha=step.expected_tip)
-    with opened(run, number) as (state, asked):
-        drive(run, commit, state, asked)
+            ctx.report.emit("reverifying", number=number, sha=step.expected_tip)
+    with opened(ctx, number) as (state, asked):
+        drive(ctx, commit, state, asked)
 
 
-def drive(run: Run, commit: CommitSpec, state: WorkState, asked: Outcome | None = None
+def drive(ctx: Run, commit: CommitSpec, state: WorkState, asked: ToolOutcome | None = None
           ) -> None:
     """`asked`: the model's extraction a kept speculation already did into `state`."""
     made_before = len(commits_created(commit.history))
@@ -54,57 +54,57 @@ def drive(run: Run, commit: CommitSpec, state: WorkState, asked: Outcome | None 
         if isinstance(step, Done):
             if step.nothing is None:
                 created = len(commits_created(commit.history)) > made_before
-                run.report.emit("commit_complete", number=commit.number, created=created,
-                                fixes=fixes_of(run, commit))
+                ctx.report.emit("commit_complete", number=commit.number, created=created,
+                                fixes=fixes_of(ctx, commit))
             return
         if isinstance(step, Blocked):
-            commit = unblock(run, commit, step)
+            commit = unblock(ctx, commit, step)
         elif isinstance(step, Fresh):
-            commit = run.append(commit, Started())
+            commit = ctx.append(commit, Started())
         elif isinstance(step, Extract):
-            commit, asked = extract(run, commit, state, step, asked), None
+            commit, asked = extract(ctx, commit, state, step, asked), None
         else:
-            commit = verify(run, commit, state, step)
+            commit = verify(ctx, commit, state, step)
 
 
-def fixes_of(run: Run, commit: CommitSpec) -> int:
+def fixes_of(ctx: Run, commit: CommitSpec) -> int:
     """How many of this commit's commits are `fixup!`s (a catch-all commit is not)."""
     return sum(1 for sha in commits_created(commit.history)
-               if run.repo.message_of(sha).startswith("fixup! "))
+               if ctx.repo.message_of(sha).startswith("fixup! "))
 
 
-def recover(run: Run, commit: CommitSpec, step: Verify) -> None:
+def recover(ctx: Run, commit: CommitSpec, step: Verify) -> None:
     """A run stopped after recording a commit: finish a cut-off branch update."""
-    tip = run.tip()
+    tip = ctx.tip()
     expected = step.expected_tip
-    if tip == expected or run.repo.is_ancestor(expected, tip):
+    if tip == expected or ctx.repo.is_ancestor(expected, tip):
         return
-    if run.repo.exists(expected) and run.repo.parent_of(expected) == tip:
-        if run.repo.clear_interrupted_update(run.spec.cleaned, expected):
-            run.report.emit("recovered", number=commit.number,
-                            what=f"removed the lock a killed update of {run.spec.cleaned} left")
-        run.move_branch(expected, tip, "finish interrupted update")
-        run.report.emit("recovered", number=commit.number,
-                        what=f"moved {run.spec.cleaned} to {expected[:7]}")
+    if ctx.repo.exists(expected) and ctx.repo.parent_of(expected) == tip:
+        if ctx.repo.clear_interrupted_update(ctx.spec.cleaned, expected):
+            ctx.report.emit("recovered", number=commit.number,
+                            what=f"removed the lock a killed update of {ctx.spec.cleaned} left")
+        ctx.move_branch(expected, tip, "finish interrupted update")
+        ctx.report.emit("recovered", number=commit.number,
+                        what=f"moved {ctx.spec.cleaned} to {expected[:7]}")
         return
     raise GitError(
         f"commit #{commit.number}'s last recorded commit {expected[:12]} is not on the cleaned "
-        f"branch {run.spec.cleaned!r} (tip {tip[:12]})",
+        f"branch {ctx.spec.cleaned!r} (tip {tip[:12]})",
         "Reset the branch to that commit, or remove the entries after the last `complete` "
         "from this commit's history, then rerun.")
 
 
-def unblock(run: Run, commit: CommitSpec, step: Blocked, previously: bool = False
+def unblock(ctx: Run, commit: CommitSpec, step: Blocked, previously: bool = False
             ) -> CommitSpec:
-    accepted = previously and run.options.accept_provenance and \
+    accepted = previously and ctx.options.accept_provenance and \
         step.summary.startswith(PROVENANCE_PREFIX)  # only a stop a human saw before this run
-    note = ACCEPTED if accepted else run.ask(commit, step.summary) if run.ask else None
+    note = ACCEPTED if accepted else ctx.ask(commit, step.summary) if ctx.ask else None
     if note:
-        run.report.emit("resolved", number=commit.number, note=note)
-        return run.append(commit, Resolved(note))
+        ctx.report.emit("resolved", number=commit.number, note=note)
+        return ctx.append(commit, Resolved(note))
     if not previously:
-        run.report.emit("stopping", number=commit.number)
-    raise blocked_error(run.spec.path.name, commit, step.summary, previously, run.spec.cleaned)
+        ctx.report.emit("stopping", number=commit.number)
+    raise blocked_error(ctx.spec.path.name, commit, step.summary, previously, ctx.spec.cleaned)
 
 
 def blocked_error(spec_name: str, commit: CommitSpec, summary: str, previously: bool,

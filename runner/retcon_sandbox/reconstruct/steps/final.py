@@ -30,32 +30,32 @@ class FinalCheck:
         return failed.verdict if failed else "PASS"
 
 
-def final_check(run: Run, tip: str) -> FinalCheck | None:
+def final_check(ctx: Run, tip: str) -> FinalCheck | None:
     """Build and test the tip's tree with the final commands (your cache first); None when the
     spec has no `test_final`."""
-    verifier = run.final
+    verifier = ctx.final
     if verifier is None or not verifier.runs_anything:
         return None
-    tree = run.repo.tree_of(tip)
+    tree = ctx.repo.tree_of(tip)
     command = verifier.commands.planned("test")
-    run.report.emit("final_verify", tree=tree, command=command)
-    pool = Pool(run.repo, run.envs, verifier, 1, report=run.report)
+    ctx.report.emit("final_verify", tree=tree, command=command)
+    pool = Pool(ctx.repo, ctx.envs, verifier, 1, report=ctx.report)
     outcomes = pool.run([Item(tree, "final", name="final tree")], lambda item, outcome: None)
     check = FinalCheck(command, tree, outcomes[tree])
-    run.report.emit("final_tree", tree=tree, command=command, verdict=check.verdict,
+    ctx.report.emit("final_tree", tree=tree, command=command, verdict=check.verdict,
                     passed=check.outcome.passed, cached=check.outcome.cached,
                     seconds=round(check.outcome.seconds, 3),
                     tail=None if check.outcome.passed else check.outcome.tail)
     return check
 
 
-def tests_summary(run: Run, check: FinalCheck | None) -> dict[str, Any] | None:
+def tests_summary(ctx: Run, check: FinalCheck | None) -> dict[str, Any] | None:
     """Which trees got which test command, for the summary; None when no tests ran."""
-    command = run.verifier.commands.planned("test")
+    command = ctx.verifier.commands.planned("test")
     if command is None and check is None:
         return None
     final = None if check is None else {
         "command": check.command, "tree": check.tree, "verdict": check.verdict,
         "passed": check.outcome.passed, "cached": check.outcome.cached}
-    return {"each_commit": {"command": command, "trees": len(run.verifier.tested)},
+    return {"each_commit": {"command": command, "trees": len(ctx.verifier.tested)},
             "final": final}

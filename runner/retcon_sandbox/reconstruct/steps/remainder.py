@@ -13,51 +13,51 @@ from retcon_sandbox.resources import prompt
 from retcon_sandbox.spec.file import CommitSpec
 
 
-def remainder(run: Run) -> None:
-    remaining = run.repo.changed_paths(run.tip(), run.source)
+def remainder(ctx: Run) -> None:
+    remaining = ctx.repo.changed_paths(ctx.tip(), ctx.source)
     if not remaining:
         return
-    run.report.emit("remainder", paths=remaining)
-    with run.sandbox("remainder") as state:
-        chosen = assign(run, state, remaining) if run.agent else {}
+    ctx.report.emit("remainder", paths=remaining)
+    with ctx.sandbox("remainder") as state:
+        chosen = assign(ctx, state, remaining) if ctx.agent else {}
         groups: dict[int, list[str]] = {}
         for path in remaining:
             groups.setdefault(chosen.get(path, 0), []).append(path)
         for number in sorted(n for n in groups if n):
-            commit = run.commit_spec(number)
-            run.report.emit("remainder_commit", number=number, subject=commit.subject,
+            commit = ctx.commit_spec(number)
+            ctx.report.emit("remainder_commit", number=number, subject=commit.subject,
                             paths=groups[number])
-            fold(run, commit, state, groups[number],
-                 f"fixup! {commit.subject}\n\nRemaining changes from {run.spec.source} that "
+            fold(ctx, commit, state, groups[number],
+                 f"fixup! {commit.subject}\n\nRemaining changes from {ctx.spec.source} that "
                  "belong to this commit.")
         if groups.get(0):
-            last = run.spec.commits[-1]
-            run.report.emit("leftover_commit", number=last.number, paths=groups[0])
-            sha = fold(run, last, state, groups[0],
-                       f"Remaining changes from {run.spec.source}\n\nNo [[commit]] entry of "
-                       f"{run.spec.path.name} claimed these paths:\n"
+            last = ctx.spec.commits[-1]
+            ctx.report.emit("leftover_commit", number=last.number, paths=groups[0])
+            sha = fold(ctx, last, state, groups[0],
+                       f"Remaining changes from {ctx.spec.source}\n\nNo [[commit]] entry of "
+                       f"{ctx.spec.path.name} claimed these paths:\n"
                        + "".join(f"  {p}\n" for p in groups[0]))
-            run.report.emit("leftover", number=last.number, sha=sha, paths=groups[0])
+            ctx.report.emit("leftover", number=last.number, sha=sha, paths=groups[0])
 
 
-def assign(run: Run, state: WorkState, remaining: list[str]) -> dict[str, int]:
-    assert run.agent is not None
-    assignments = Assignments(remaining, len(run.spec.commits))
+def assign(ctx: Run, state: WorkState, remaining: list[str]) -> dict[str, int]:
+    assert ctx.agent is not None
+    assignments = Assignments(remaining, len(ctx.spec.commits))
     task = prompt("assign", paths="\n".join(remaining), commits="\n".join(
-        f"{c.number}. {c.subject}" for c in run.spec.commits))
-    run.report.emit("assigning")
-    ctx = StepContext(state, run.verifier, assignments)
-    outcome, usage = run.agent.run(ctx, task, "remainder", ASSIGN_TOOLS)
-    run.add_tokens("remainder", usage.total)
+        f"{c.number}. {c.subject}" for c in ctx.spec.commits))
+    ctx.report.emit("assigning")
+    tool_ctx = StepContext(state, ctx.verifier, assignments)
+    outcome, usage = ctx.agent.run(tool_ctx, task, "remainder", ASSIGN_TOOLS)
+    ctx.add_tokens("remainder", usage.total)
     chosen = outcome.paths if isinstance(outcome, Assigned) else assignments.chosen
     return dict(chosen)
 
 
-def fold(run: Run, commit: CommitSpec, state: WorkState, paths: list[str], message: str) -> str:
+def fold(ctx: Run, commit: CommitSpec, state: WorkState, paths: list[str], message: str) -> str:
     """Take `paths` from source as one more commit of `commit`, then verify it (and fix it)
     like any other."""
-    take_from_source(run, state, paths)
-    commit, sha = run.make_commit(commit, state, message)
-    run.report.emit("creating_commit", number=commit.number, sha=sha)
-    drive(run, commit, state)
+    take_from_source(ctx, state, paths)
+    commit, sha = ctx.make_commit(commit, state, message)
+    ctx.report.emit("creating_commit", number=commit.number, sha=sha)
+    drive(ctx, commit, state)
     return sha

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterator, Sequence
 from retcon_sandbox import threads
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.errors import RetconError
-from retcon_sandbox.model.tools import Outcome
+from retcon_sandbox.model.tools import ToolOutcome
+from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.reconstruct.context import Buffered, Run, Speculation
 from retcon_sandbox.reconstruct.steps.extract import ask_extraction
 from retcon_sandbox.spec.file import CommitSpec
 from retcon_sandbox.spec.history import Entry, Extract
 
-OFF, WARM, FULL = "off", "warm", "full"  # RunOptions.pipeline
 DISCARDED = "speculative, discarded"  # the summary's token count of discarded speculations
 
 
@@ -39,91 +39,91 @@ def keep(speculated: int, base_tree: str, number: int, history: Sequence[Entry],
     return speculated == number and not history and base_tree == tip_tree
 
 
-def worth(pipeline: str, number: int, total: int, following: Sequence[Entry] | None) -> bool:
+def worth(pipeline: Pipeline, number: int, total: int, following: Sequence[Entry] | None) -> bool:
     """Whether to begin commit `number + 1` while `number` builds and tests: when pipelining is
     on (WARM or FULL) and the next commit exists with nothing recorded yet (`following`: its
     history)."""
-    return pipeline != OFF and number < total and following is not None and not following
+    return pipeline != Pipeline.OFF and number < total and following is not None and not following
 
 
-def ahead(run: Run, number: int) -> Callable[[], None] | None:
+def ahead(ctx: Run, number: int) -> Callable[[], None] | None:
     """The work for this thread while commit `number` builds and tests, if any."""
-    total = len(run.spec.commits)
-    following = run.commit_spec(number + 1) if number < total else None
-    if following is None or not worth(run.options.pipeline, number, total, following.history):
+    total = len(ctx.spec.commits)
+    following = ctx.commit_spec(number + 1) if number < total else None
+    if following is None or not worth(ctx.options.pipeline, number, total, following.history):
         return None
-    return lambda: speculate(run, following)
+    return lambda: speculate(ctx, following)
 
 
-def speculate(run: Run, commit: CommitSpec) -> None:
-    """Begin `commit` on the branch tip's tree; kept in `run.speculation`. An error is left
+def speculate(ctx: Run, commit: CommitSpec) -> None:
+    """Begin `commit` on the branch tip's tree; kept in `ctx.speculation`. An error is left
     for the serial run to meet where it belongs, so it discards the speculation here."""
-    discard(run)
+    discard(ctx)
     stack = contextlib.ExitStack()
-    held = Buffered(run.report.run_id)
-    reporter, run.report = run.report, held
-    envs_reporter, run.envs.report = run.envs.report, held  # a setup's events, too
+    held = Buffered(ctx.report.run_id)
+    reporter, ctx.report = ctx.report, held
+    envs_reporter, ctx.envs.report = ctx.envs.report, held  # a setup's events, too
     account = f"{commit.number} (speculative)"
     try:
         label = f"commit-{commit.number}"
-        tree = run.repo.tree_of(run.tip())
-        warming = run.envs.warm(label, tree, run.place(tree, commit.number))  # the pre-warm
+        tree = ctx.repo.tree_of(ctx.tip())
+        warming = ctx.envs.warm(label, tree, ctx.place(tree, commit.number))  # the pre-warm
         if warming is None:  # nothing is begun that would run a setup, or hold a large tree
             return
-        state = stack.enter_context(run.sandbox(label, commit.number, warming))
+        state = stack.enter_context(ctx.sandbox(label, commit.number, warming))
         outcome = None
-        if commit.paths is not None or run.agent is None or run.options.pipeline != FULL:
+        if commit.paths is not None or ctx.agent is None or ctx.options.pipeline != Pipeline.FULL:
             state.box  # noqa: B018 - ready before this commit's turn
         else:  # while the container starts, the model is asked
-            outcome = ask_extraction(run, commit, state, Extract(None, None, False),
+            outcome = ask_extraction(ctx, commit, state, Extract(None, None, False),
                                      "extract (speculative)", account)
     except RetconError as exc:
         stack.close()
-        _count_discarded(run, run.tokens.pop(account, 0))
-        run.report, run.envs.report = reporter, envs_reporter
-        run.report.emit("speculation", number=commit.number, kept=False, why=str(exc))
+        _count_discarded(ctx, ctx.tokens.pop(account, 0))
+        ctx.report, ctx.envs.report = reporter, envs_reporter
+        ctx.report.emit("speculation", number=commit.number, kept=False, why=str(exc))
         return
     except BaseException:
         stack.close()
-        _count_discarded(run, run.tokens.pop(account, 0))
+        _count_discarded(ctx, ctx.tokens.pop(account, 0))
         raise
     finally:
-        run.report, run.envs.report = reporter, envs_reporter
-    run.speculation = Speculation(commit.number, state.base_tree, state, stack, outcome,
-                                  held.events, run.tokens.pop(account, 0))
+        ctx.report, ctx.envs.report = reporter, envs_reporter
+    ctx.speculation = Speculation(commit.number, state.base_tree, state, stack, outcome,
+                                  held.events, ctx.tokens.pop(account, 0))
 
 
 @contextlib.contextmanager
-def opened(run: Run, number: int) -> Iterator[tuple[WorkState, Outcome | None]]:
+def opened(ctx: Run, number: int) -> Iterator[tuple[WorkState, ToolOutcome | None]]:
     """Commit `number`'s working state, and the model's extraction already done into it: the
     speculation's, when `keep` says so, else a new state (and None). Pipelined, its sandbox is
     removed behind the next commit's back (`retire`)."""
-    found, run.speculation = run.speculation, None
-    commit = run.commit_spec(number)
+    found, ctx.speculation = ctx.speculation, None
+    commit = ctx.commit_spec(number)
     if found is not None and keep(found.number, found.base_tree, number, commit.history,
-                                  run.repo.tree_of(run.tip())):
+                                  ctx.repo.tree_of(ctx.tip())):
         if found.tokens:
-            run.add_tokens(str(number), found.tokens)
-        run.report.emit("speculation", number=number, kept=True)
-        Buffered.replay(found.events, run.report)
+            ctx.add_tokens(str(number), found.tokens)
+        ctx.report.emit("speculation", number=number, kept=True)
+        Buffered.replay(found.events, ctx.report)
         stack, state, asked = found.stack, found.state, found.outcome
     else:
         if found is not None:
-            drop(run, found)
+            drop(ctx, found)
         stack = contextlib.ExitStack()
-        state = stack.enter_context(run.sandbox(f"commit-{number}", number,
-                                                run.take_handover()))
+        state = stack.enter_context(ctx.sandbox(f"commit-{number}", number,
+                                                ctx.take_handover()))
         asked = None
     try:
         yield state, asked
     finally:
-        retire(run, stack)
+        retire(ctx, stack)
 
 
-def retire(run: Run, stack: contextlib.ExitStack) -> None:
+def retire(ctx: Run, stack: contextlib.ExitStack) -> None:
     """Remove a finished commit's sandbox: pipelined, in a thread of its own (sandbox I/O only),
     so that the next commit does not wait for it; `settle` waits for them all."""
-    if run.options.pipeline == OFF:
+    if ctx.options.pipeline == Pipeline.OFF:
         stack.close()
         return
 
@@ -131,34 +131,34 @@ def retire(run: Run, stack: contextlib.ExitStack) -> None:
         try:
             stack.close()
         except Exception as exc:  # raised by `settle`, in the run's thread
-            run.retire_errors.append(exc)
+            ctx.retire_errors.append(exc)
 
     worker = threads.start(close, "retcon-remove")
-    run.retiring.append(worker)
+    ctx.retiring.append(worker)
 
 
-def settle(run: Run) -> list[Exception]:
+def settle(ctx: Run) -> list[Exception]:
     """Wait until every retired sandbox is removed; what went wrong removing them."""
-    for worker in run.retiring:
+    for worker in ctx.retiring:
         worker.join()
-    run.retiring.clear()
-    failed, run.retire_errors = run.retire_errors, []
+    ctx.retiring.clear()
+    failed, ctx.retire_errors = ctx.retire_errors, []
     return failed
 
 
-def discard(run: Run) -> None:
+def discard(ctx: Run) -> None:
     """Drop the pending speculation, if any (a run that stops, or a newer speculation)."""
-    found, run.speculation = run.speculation, None
+    found, ctx.speculation = ctx.speculation, None
     if found is not None:
-        drop(run, found)
+        drop(ctx, found)
 
 
-def drop(run: Run, found: Speculation) -> None:
+def drop(ctx: Run, found: Speculation) -> None:
     found.stack.close()
-    _count_discarded(run, found.tokens)
-    run.report.emit("speculation", number=found.number, kept=False)
+    _count_discarded(ctx, found.tokens)
+    ctx.report.emit("speculation", number=found.number, kept=False)
 
 
-def _count_discarded(run: Run, tokens: int) -> None:
+def _count_discarded(ctx: Run, tokens: int) -> None:
     if tokens:
-        run.add_tokens(DISCARDED, tokens)
+        ctx.add_tokens(DISCARDED, tokens)

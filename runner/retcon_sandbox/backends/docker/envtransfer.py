@@ -34,19 +34,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from retcon_sandbox import userkey
-from retcon_sandbox.backends import images
+from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine, EngineError
-from retcon_sandbox.backends.environments import (
-    environment_key,
-    repository_scope,
-    scope_digest,
-)
-from retcon_sandbox.backends.images import (
+from retcon_sandbox.backends.docker.preparer import repository_scope
+from retcon_sandbox.backends.docker.sandboximages import (
     ENV_NAME,
     LABEL_ENV_BASE,
     LABEL_ENV_INPUTS,
     LABEL_ENV_SCOPE,
 )
+from retcon_sandbox.backends.envkeys import environment_key, scope_digest
 from retcon_sandbox.errors import ConfigError, ImageError
 from retcon_sandbox.outfile import OutFile
 from retcon_sandbox.repo.gitrepo import Repo
@@ -99,8 +96,8 @@ def export(engine: DockerEngine, repo: Repo, path: Path) -> Moved:
     envs: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # a tag to save -> its image's ID
     for record in records:
-        tag = next((t for t in record.tags if t.startswith(f"{images.prefix()}/{ENV_NAME}:")),
-                   None)
+        ours = f"{sandboximages.prefix()}/{ENV_NAME}:"
+        tag = next((t for t in record.tags if t.startswith(ours)), None)
         inputs = _loaded(record.labels.get(LABEL_ENV_INPUTS, ""))
         base = record.labels.get(LABEL_ENV_BASE, "")
         if tag is None or inputs is None or not base or not engine.has_image(base) or \
@@ -215,7 +212,7 @@ def _tag(engine: DockerEngine, repo: Repo, manifest: dict[str, Any], path: Path)
         if engine.image_id(base) != image_id:
             raise refused(path, f"the engine holds another image under {base}")
     scope = repository_scope(repo)
-    repository = f"{images.prefix()}/{ENV_NAME}"
+    repository = f"{sandboximages.prefix()}/{ENV_NAME}"
     tagged = []
     for env in manifest["environments"]:
         record = env["record"]
