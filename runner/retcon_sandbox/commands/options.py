@@ -394,10 +394,9 @@ def _second_backend(first: DockerBackend, endpoint: Endpoint, spec: Spec,
 
 
 def default_pipeline(kind: str, engine_given: Sequence[str] = ()) -> Pipeline:
-    """`execute`'s overlap when neither --pipeline nor --no-pipeline is given: the next
-    commit's sandbox prepared ahead ("warm"), except over an ssh:// engine ("off"), where every
-    stream and API connection is a session of one SSH connection and sshd allows 10
-    (MaxSessions): two sandboxes at once can run out of them."""
+    """`execute`'s overlap without --pipeline or --no-pipeline: Pipeline.WARM, but OFF over
+    an ssh:// engine, whose sshd allows 10 sessions (MaxSessions) per connection: two
+    sandboxes at once can run out of them."""
     if kind != "docker":
         return Pipeline.WARM
     from retcon_sandbox.backends.docker import endpoints

@@ -1,9 +1,9 @@
 """Pipelined reconstruction: while commit k builds and tests (in a thread of its own that does
-sandbox I/O only, `verify.stages.overlapped`), commit k+1 is begun here, ahead, on k's tree: its
-sandbox is opened on that tree (so k+1 starts on a ready container: WARM, the default), and,
-with FULL (`--pipeline`), for a commit the model extracts, the model does the extraction while
-that container starts. A speculation writes nothing to the spec or the branch (git objects
-only), and its events are held back.
+sandbox I/O only, `verify.stages.overlapped`), commit k+1 is begun here, ahead, on k's tree.
+Pipeline.WARM (the default) opens its sandbox on that tree, so k+1 starts on a ready container;
+Pipeline.FULL (`--pipeline`) also has the model extract it while that container starts. A
+speculation writes nothing to the spec or the branch (git objects only), and its events are
+held back.
 
 When k is done, `opened` keeps the speculation if it is exactly what a serial run of k+1 would
 start from (`keep`: k+1's history is empty and the branch's tip has the tree it began on, so k
