@@ -191,6 +191,14 @@ def test_a_test_done_after_its_module_was_changed_keeps_the_history_order() -> N
     assert derive(f).deps["tests/test_cart.py"] == {"shop/cart.py"}
 
 
+def test_a_module_finished_before_its_test_is_still_needed_by_it() -> None:
+    """Done in one messy commit before the test, the module gets no earlier version: the
+    test's commit must come after the module's (a branch whose files were dealt out)."""
+    f = facts({"tests/test_cart.py": "M", "shop/cart.py": "M"},
+              [("WIP", ["shop/cart.py"]), ("WIP", ["tests/test_cart.py"])])
+    assert derive(f, timeline(f).touched).deps["tests/test_cart.py"] == {"shop/cart.py"}
+
+
 # --- size and scale ----------------------------------------------------------------------------
 
 

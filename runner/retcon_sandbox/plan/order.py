@@ -88,14 +88,16 @@ def _tested(test: str, named: dict[str, set[str]], fixtures: set[str],
             touched: Mapping[str, Sequence[int]] | None) -> set[str]:
     """What a test needs besides its imports: the module it is named for, and the pytest
     fixtures (`conftest.py`) of its folder and the folders above; but not one the messy branch
-    had already changed by the test's last change."""
+    was still changing around the test's last change: the test's commit takes the module's
+    version of then, and its later work comes after."""
     folders = {"/".join(test.split("/")[:n]) for n in range(test.count("/") + 1)}
     wanted = named.get(name_key(test), set()) | \
         {f for f in fixtures if f != test and posixpath.dirname(f) in folders}
     if touched is None or not touched.get(test):
         return wanted
     done = max(touched[test])
-    return {m for m in wanted if not touched.get(m) or min(touched[m]) > done}
+    return {m for m in wanted if not touched.get(m) or not min(touched[m]) <= done
+            < max(touched[m])}
 
 
 def order_groups(groups: list[list[str]], ranks: list[float], d: Derived) -> list[list[str]]:
