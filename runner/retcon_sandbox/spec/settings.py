@@ -149,7 +149,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("setup", commands, (), "commands that prepare the environment (the only step with "
             "network: package registries only)", "none"),
     Setting("setup_inputs", patterns, None, "files whose content keys the prepared environment",
-            "the usual manifests and lock files"),
+            "what setup's commands read when that is known, else the usual manifests and lock "
+            "files ([setup.md](setup.md#prepared-once-per-set-of-inputs))"),
     Setting("timeout", number(1, 86_400), 600, "seconds per build or test command", "600"),
     Setting("setup_timeout", number(1, 86_400), 1800, "seconds the whole `setup` may take, "
             "all its commands together", "1800"),
