@@ -6,10 +6,12 @@ import random
 
 from retcon_sandbox.plan.draft import (
     EVIDENCE_LIMIT,
+    Grouping,
     Scores,
     draft,
     group_files,
     ordered_history,
+    with_their_tests,
 )
 from retcon_sandbox.plan.evidence import FEATURES, features, structure, timeline
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
@@ -197,6 +199,20 @@ def test_a_module_finished_before_its_test_is_still_needed_by_it() -> None:
     f = facts({"tests/test_cart.py": "M", "shop/cart.py": "M"},
               [("WIP", ["shop/cart.py"]), ("WIP", ["tests/test_cart.py"])])
     assert derive(f, timeline(f).touched).deps["tests/test_cart.py"] == {"shop/cart.py"}
+
+
+def test_a_changed_test_joins_the_changed_module_it_is_named_for() -> None:
+    """Apart, the prefix between them would run the old test on the new module. A new test
+    stays where it was: it only needs to come after."""
+    f = facts({"shop/cart.py": "M", "tests/test_cart.py": "M", "tests/test_new.py": "A",
+               "shop/new.py": "M"}, [("WIP", ["shop/cart.py", "shop/new.py"]),
+                                     ("WIP", ["tests/test_cart.py", "tests/test_new.py"])])
+    grouping = Grouping([["shop/cart.py", "shop/new.py"],
+                         ["tests/test_cart.py", "tests/test_new.py"]], [0.0, 1.0], "test")
+    moved = with_their_tests(grouping, derive(f))
+    assert moved.groups == [["shop/cart.py", "shop/new.py", "tests/test_cart.py"],
+                            ["tests/test_new.py"]]
+    assert moved.ranks == [0.0, 1.0]
 
 
 # --- size and scale ----------------------------------------------------------------------------

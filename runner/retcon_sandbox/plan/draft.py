@@ -38,7 +38,7 @@ from retcon_sandbox.plan.evidence import (
     vague,
 )
 from retcon_sandbox.plan.facts import Facts
-from retcon_sandbox.plan.kinds import ROLES, role
+from retcon_sandbox.plan.kinds import ROLES, name_key, role
 from retcon_sandbox.plan.messages import conventional, kind_of_group, message_for
 from retcon_sandbox.plan.order import Derived, derive, order_groups
 from retcon_sandbox.text import sanitize_name
@@ -282,12 +282,34 @@ def draft(facts: Facts) -> Draft:
     """The deterministic plan: file-exact groups, ordered, with messages."""
     grouping = group_files(facts)
     d = derive(facts, grouping.timeline.touched if grouping.timeline else None)
+    if grouping.timeline is None:
+        grouping = with_their_tests(grouping, d)
     ordered = order_groups(grouping.groups, grouping.ranks, d)
     index = {p: i for i, p in enumerate(d.paths)}
     ordered = [sorted(g, key=index.__getitem__) for g in ordered if g]
     shared = shared_files(grouping.timeline, ordered) if grouping.timeline else {}
     return Draft(_messages(facts, d, ordered), grouping.how,
                  {p: tuple(commits) for p, commits in shared.items()})
+
+
+def with_their_tests(grouping: Grouping, d: Derived) -> Grouping:
+    """A changed test goes with the changed module it is named for: apart, the prefix between
+    them runs the old test on the new module, or the new test on the old one. Only where
+    structure made the groups: a history's order already says which came first."""
+    home = {p: i for i, g in enumerate(grouping.groups) for p in g}
+    modules: dict[str, int] = {}
+    for p in d.paths:
+        if d.kinds[p] == "code" and d.status[p] == "M":
+            modules.setdefault(name_key(p), home[p])
+    groups = [list(g) for g in grouping.groups]
+    for p in d.paths:
+        to = modules.get(name_key(p))
+        if d.kinds[p] == "test" and d.status[p] == "M" and to is not None and to != home[p]:
+            groups[home[p]].remove(p)
+            groups[to].append(p)
+    kept = [i for i, g in enumerate(groups) if g]
+    return replace(grouping, groups=[groups[i] for i in kept],
+                   ranks=[grouping.ranks[i] for i in kept])
 
 
 def _messages(facts: Facts, d: Derived, groups: list[list[str]]) -> list[Group]:
