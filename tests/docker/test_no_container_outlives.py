@@ -113,8 +113,8 @@ def test_killed_in_a_models_turn(engine: DockerEngine, tmp_path: Path) -> None:
     with FakeOpenAI([[call("read_file", path="shop/cart.py")], Hang()]) as model:
         proc = start("execute", str(demo.spec), env=llm_env(model.base_url))
 
-        def in_a_turn() -> None:
-            step_container(engine, tmp_path, proc, ("commit-1",))
+        def in_a_turn() -> None:  # the preflight's sandbox is handed to commit 1
+            step_container(engine, tmp_path, proc, ("commit-1", "preflight"))
             deadline = time.monotonic() + 180
             while len(model.requests) < 2 and time.monotonic() < deadline:
                 assert proc.poll() is None, proc.communicate()
