@@ -74,10 +74,13 @@ def test_the_model_refines_the_draft_through_tools_in_a_container(engine: Docker
     assert messages[:3] == ["refactor: move number parsing into calc/parser.py",
                             "feat: mean and spread",
                             "refactor: rename calc/util.py to calc/numbers.py"]
-    assert doc["commit"][1]["paths"] == ["calc/stats.py", "tests/test_stats.py"]
-    placed = [p for c in doc["commit"] for p in c["paths"]]
+    hints = doc["commit"][1]["hints"]  # README.md is shared with a later commit: a hints commit
+    assert "calc/stats.py" in hints and "tests/test_stats.py" in hints and "README.md" in hints
+    placed = [p for c in doc["commit"] for p in c.get("paths", [])]
     changed = git(repo, "diff", "--no-renames", "--name-only", "main", "feature").splitlines()
-    assert sorted(placed) == sorted(changed)
+    assert len(placed) == len(set(placed)) and set(placed) <= set(changed)
+    named = " ".join(c.get("hints", "") for c in doc["commit"])  # hints commits name the rest
+    assert all(p in named for p in set(changed) - set(placed))
     assert "proposed by the model fake-model" in (repo / "spec.toml").read_text()
     assert "repaired: 2 file(s) it left out" in result.out  # the docs: README, docs/stats.md
     assert messages[3:] == ["docs: add docs/stats.md; update README.md"]  # the draft's

@@ -273,7 +273,9 @@ def for_a_model(groups: Sequence[Group], shared: dict[str, dict[int, tuple[int, 
         extra = " ".join(f"From {sanitize_name(p)}, take only this part of its change (the "
                          f"rest goes in a later commit):\n{hunks.get((p, number), '')}"
                          for p in parts[number])
-        out.append(Group(group.paths, group.message, f"{group.hints}\n{extra}", group.kind,
+        whole = [sanitize_name(p) for p in group.paths if p not in parts[number]]
+        named = group.hints or (f"Take whole: {', '.join(whole)}." if whole else "")
+        out.append(Group(group.paths, group.message, f"{named}\n{extra}".strip(), group.kind,
                          model=True))
     return out
 
