@@ -277,33 +277,27 @@ class DockerEngine:
         except engine_errors():
             return False
 
-    def image_labels(self, name: str) -> dict[str, str]:
+    def _image_config(self, name: str) -> dict[str, Any] | None:
+        """An image's configuration (labels, volumes, ENV); None when there is no such image."""
         try:
-            config = self.client.images.get(name).attrs.get("Config") or {}
+            return self.client.images.get(name).attrs.get("Config") or {}
         except docker.errors.ImageNotFound:
-            return {}
+            return None
         except engine_errors() as exc:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+
+    def image_labels(self, name: str) -> dict[str, str]:
+        config = self._image_config(name) or {}
         return {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
 
     def image_volumes(self, name: str) -> list[str]:
         """The paths an image declares as VOLUMEs."""
-        try:
-            config = self.client.images.get(name).attrs.get("Config") or {}
-        except docker.errors.ImageNotFound:
-            return []
-        except engine_errors() as exc:
-            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        config = self._image_config(name) or {}
         return sorted((config.get("Volumes") or {}).keys())
 
     def image_env(self, name: str) -> dict[str, str]:
         """The variables an image's configuration sets (ENV)."""
-        try:
-            config = self.client.images.get(name).attrs.get("Config") or {}
-        except docker.errors.ImageNotFound:
-            return {}
-        except engine_errors() as exc:
-            raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
+        config = self._image_config(name) or {}
         pairs = (str(item).partition("=") for item in config.get("Env") or [])
         return {name: value for name, _, value in pairs}
 
