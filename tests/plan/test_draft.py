@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+from retcon_sandbox.plan import weights
+from retcon_sandbox.plan.cluster import link
 from retcon_sandbox.plan.draft import (
     EVIDENCE_LIMIT,
     Grouping,
@@ -83,6 +85,24 @@ def test_files_dealt_out_at_random_are_grouped_by_structure() -> None:
     assert all(len({p.split("/")[0] for p in g}) == 1 for g in grouping.groups)  # never mixed
     assert ["docs/install.md", "docs/usage.md"] in map(sorted, grouping.groups)
     assert ["src/app/cart.py", "src/app/tax.py"] in map(sorted, grouping.groups)
+
+
+def test_top_level_folders_are_the_draft_when_the_pair_model_finds_them_likelier() -> None:
+    """Each folder's files share names, but not enough for linking to join them on its own:
+    it stops once the branch has few enough groups, leaving a folder in pieces. One commit per
+    top-level folder explains the pair scores better, so it is the draft, and says so."""
+    files = [f"{top}/m{i}.py" for top in ("alpha", "beta", "gamma") for i in range(4)]
+    texts = {p: f"{p.split('/')[0]}_rate = {i}\n{p.split('/')[0]}_limit = 2\n"
+             for i, p in enumerate(files)}
+    dealt = files[:]
+    random.Random(3).shuffle(dealt)
+    f = facts(dict.fromkeys(files, "M"), [("wip", dealt[i:i + 2]) for i in range(0, 12, 2)],
+              texts=texts)
+    linked = link(f.paths, Scores(structure(f), f.paths), weights.LINK, 2, 5)
+    assert len(linked) == 5  # a folder left in pieces
+    grouping = group_files(f)
+    assert "top-level folders" in grouping.how
+    assert sorted(map(sorted, grouping.groups)) == [files[0:4], files[4:8], files[8:12]]
 
 
 def test_a_module_and_its_test_share_a_name_an_import_and_identifiers() -> None:

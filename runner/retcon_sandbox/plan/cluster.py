@@ -84,6 +84,11 @@ def by_folders(paths: Sequence[str], roles: dict[str, str], target: int) -> list
     return out + leftovers
 
 
+def by_top_folder(paths: Sequence[str]) -> list[list[str]]:
+    """One group per top-level folder (the files at the root: one group), in `paths` order."""
+    return _by(paths, lambda p: p.split("/", 1)[0] if "/" in p else "")
+
+
 def _by(paths: Sequence[str], key: Callable[[str], object]) -> list[list[str]]:
     out: dict[object, list[str]] = {}
     for p in paths:

@@ -7,7 +7,8 @@ How files are grouped (plan/evidence.py reads the evidence, plan/weights.py weig
   with the files finished in the same messy commit, and consecutive pieces are joined while
   the next continues the same work: related files, a `wip` subject, no gap.
 - Otherwise (files dealt out at random), files are linked by structure alone: folders, roles,
-  names, imports, and the identifiers and lines their changes share.
+  names, imports, and the identifiers and lines their changes share; or grouped by top-level
+  folder, when the pair model finds that likelier than what linking made.
 - A branch of n files makes between √n / SPREAD and √n · SPREAD commits; past
   EVIDENCE_LIMIT files it is grouped by role and folder.
 - A file that several pieces of work changed goes whole in the last of them; each earlier
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from retcon_sandbox.paths import control_character, not_unicode
 from retcon_sandbox.plan import weights
-from retcon_sandbox.plan.cluster import by_folders, cut, link
+from retcon_sandbox.plan.cluster import by_folders, by_top_folder, cut, link
 from retcon_sandbox.plan.evidence import (
     FEATURES,
     Structure,
@@ -193,8 +194,19 @@ def group_files(facts: Facts) -> Grouping:
         return Grouping(groups, [float(i) for i in range(len(groups))],
                         "the messy history's order, then structure", t)
     groups = _renames(facts, link(paths, scores, weights.LINK, fewest, most))
-    return Grouping(groups, _role_ranks(groups, s.roles, paths),
-                    "structure: folders, roles, names, imports and shared identifiers")
+    how = "structure: folders, roles, names, imports and shared identifiers"
+    folders = _renames(facts, by_top_folder(paths))
+    if fewest <= len(folders) <= most and likelihood(folders, scores) > likelihood(groups, scores):
+        groups, how = folders, ("structure, which says no more than the top-level folders: "
+                                "one commit per folder")
+    return Grouping(groups, _role_ranks(groups, s.roles, paths), how)
+
+
+def likelihood(groups: Sequence[Sequence[str]], scores: Scores) -> float:
+    """How much likelier the pair model finds this grouping than every file alone: the sum of
+    the log-odds of the pairs it puts together. Linking is greedy; where its evidence is weak,
+    plain top-level folders can explain the scores better, and then they are the draft."""
+    return sum(scores(a, b) for g in groups for i, a in enumerate(g) for b in g[i + 1:])
 
 
 def _role_ranks(groups: list[list[str]], roles: dict[str, str], paths: Sequence[str]
