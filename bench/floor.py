@@ -11,12 +11,13 @@ once) writes exactly that commit's files, so every tree is the original's. `exec
 runs through the real command line, so nothing is cached and every environment is prepared
 once. Printed per range: the wall time, the floor (commands, setups), their ratio (the target
 is at most 1.15), and where the rest went: sandboxes waited for (`sandbox` events of commits not
-opened ahead), setups beyond their commands, and the remainder (the model's turns, git,
-start-up). With --against, each range runs again right after with another checkout's code
-(e.g. main's), back to back on the same load (a version whose `setup_ready` does not say how long
-the commands took has it read from its `setup_command` and `setup_output` events' times). The
-machine's load is printed with each: on a shared machine the ratio is inflated by it. Nothing
-is asserted: these are figures to read.
+opened ahead), setups beyond their commands (of which the engine's commit of each environment
+as an image: on fuse-overlayfs it walks the whole filesystem), and the remainder (the model's
+turns, git, start-up). With --against, each range runs again right after with another
+checkout's code (e.g. main's), back to back on the same load (a version whose `setup_ready` does
+not say how long the commands took has it read from its `setup_command` and `setup_output`
+events' times). The machine's load is printed with each: on a shared machine the ratio is
+inflated by it. Nothing is asserted: these are figures to read.
 """
 
 from __future__ import annotations
@@ -185,8 +186,10 @@ def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
     print(f"{name:24} {len(originals)} commits  wall {wall:7.1f} s  floor {floor:7.1f} s "
           f"(commands {commands:.1f}, {len(ready)} setups {setups:.1f})  ratio "
           f"{wall / floor if floor else float('nan'):5.2f}   load {load:.1f}")
-    print(f"{'':24} beyond the floor: setups' own steps {setup_all - setups:.1f} s, sandboxes "
-          f"waited for {sandboxes:.1f} s, the rest {rest:.1f} s", flush=True)
+    images = sum(float(e.get("image", 0)) for e in ready)
+    print(f"{'':24} beyond the floor: setups' own steps {setup_all - setups:.1f} s (committing "
+          f"images {images:.1f} s), sandboxes waited for {sandboxes:.1f} s, the rest {rest:.1f} s",
+          flush=True)
 
 
 def main() -> None:

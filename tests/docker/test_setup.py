@@ -607,5 +607,6 @@ def test_a_second_environment_takes_the_first_ones_crates_from_the_cache(
     CACHES.update(str(e["cache"]) for e in found if e["event"] == "setup" and e.get("cache"))
     assert result.code == 0, result.out + result.err
     ready = [e for e in found if e["event"] == "setup_ready"]
+    assert all(0 <= float(str(e["image"])) <= float(str(e["seconds"])) for e in ready), ready
     first, second = (int(str(e["downloaded"])) for e in ready)
     assert first > 1_000_000 and second < first / 2, ready

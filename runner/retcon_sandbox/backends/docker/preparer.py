@@ -108,6 +108,7 @@ class DockerPreparer:
         self._setup = threading.Lock()  # one setup at a time; a second waiter finds the image
         self._command_seconds = 0.0  # what the current setup's commands took
         self._downloaded: int | None = None  # and received through the egress proxy
+        self._image_seconds = 0.0  # and what the engine took to keep it as an image
         self._closing: list[threading.Thread] = []  # see `_behind`
         self._warned = False
         self._versioned = False  # the git metadata's line was shown
@@ -285,6 +286,7 @@ class DockerPreparer:
         started = time.monotonic()
         self._command_seconds = 0.0  # the setup's own commands: the rest is ours
         self._downloaded = None  # bytes through the egress proxy, when it is used
+        self._image_seconds = 0.0
         commands = self.settings.setup
         ca = host_ca_bundle()
         record = self._records.get(key, {})
@@ -308,7 +310,7 @@ class DockerPreparer:
         self.report.emit("setup_ready", tag=f"{repository}:{key}",
                          seconds=round(time.monotonic() - started, 1),
                          commands=round(self._command_seconds, 1),
-                         downloaded=self._downloaded)
+                         image=round(self._image_seconds, 1), downloaded=self._downloaded)
 
     def _behind(self, closing: contextlib.ExitStack) -> None:
         """Close `closing` in a thread of its own (sandbox I/O only): once a setup is committed,
@@ -360,10 +362,13 @@ class DockerPreparer:
                              f"kept: {kept.output.strip()[-500:]}",
                              "The image needs a writable /var/tmp.")
         self._within_files(docker, box, before)
-        return docker.commit_image(box, {
+        started = time.monotonic()
+        image = docker.commit_image(box, {
             LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
             "retcon-sandbox.env.setup": json.dumps(commands)[:4000],
             LABEL_ENV_INPUTS: record_label(record), LABEL_ENV_CACHE: cache or ""})
+        self._image_seconds = time.monotonic() - started  # the whole rootfs, on some drivers
+        return image
 
     def _within_files(self, docker: DockerSandboxes, box: DockerSandbox, before: int | None
                       ) -> None:
