@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from retcon_sandbox.backends.docker.engine import LABEL_RUN, DockerEngine
+from retcon_sandbox.backends.docker import sandboximages
+from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine
 from retcon_sandbox.repo import demoproject as demo_project
 from tests.conftest import CLI, NEUTRAL, Demo, cli, llm_env, make_demo
 from tests.docker.conftest import ours, wait_for_process
@@ -141,3 +142,21 @@ def test_killed_while_verify_runs_its_workers(engine: DockerEngine, tmp_path: Pa
         raise AssertionError("the two workers never ran their tests")
 
     killed_leaves_nothing(engine, tmp_path, proc, both_testing)
+
+
+def test_a_container_the_engine_is_removing_already_is_gone_once_discarded(
+        engine: DockerEngine, tmp_path: Path) -> None:
+    """A sandbox whose keeper has ended is being removed by the engine (auto-remove), and a
+    second removal is refused while that one runs (409). Discarding it returns once it is gone,
+    not before: a run that has removed its containers leaves none for `docker ps -a` to list,
+    even on a busy engine (CI once found one there right after a SIGTERM)."""
+    image = sandboximages.default_image()
+    for _ in range(10):
+        container = engine.client.containers.create(
+            image, ["60"], entrypoint=["sleep"], auto_remove=True,
+            labels={LABEL_RUN: "discard-test", LABEL_SPEC: str(tmp_path / "spec.toml")})
+        container.start()
+        container_id = str(container.id)
+        engine.client.api.kill(container_id)  # its first process ends: the engine removes it
+        engine.discard_container(container_id)
+        assert not engine.client.containers.list(all=True, filters={"id": container_id})

@@ -16,6 +16,7 @@ import functools
 import importlib
 import ipaddress
 import itertools
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -166,6 +167,7 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (*found, paramiko.SSHException)
 
 
+GONE_S = 30.0  # how long `discard_container` waits for a removal the engine is doing already
 SSH_POOL = 3  # idle API connections kept over SSH, each one of the server's sessions
 
 
@@ -398,11 +400,26 @@ class DockerEngine:
             return ""
 
     def discard_container(self, container_id: str) -> None:
-        """Remove the container (and its anonymous volumes), whatever the engine answers."""
+        """Remove the container (and its anonymous volumes), whatever the engine answers, and
+        return once it is gone (or after GONE_S). A sandbox whose keeper has ended is being
+        removed by the engine already (auto-remove): a second removal is refused with 409 while
+        that one runs, which takes seconds on a busy engine, and the container is still there
+        for anyone who looks (a run that says it removed its containers, `clean`, a test)."""
         try:
             self.client.containers.get(container_id).remove(force=True, v=True)
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: being removed already; look until it is gone
+                return
         except engine_errors():
-            pass
+            return
+        deadline = time.monotonic() + GONE_S
+        while time.monotonic() < deadline:
+            try:
+                self.client.containers.get(container_id)
+            except engine_errors():  # NotFound: gone; anything else: nothing more to do here
+                return
+            time.sleep(0.1)
 
     def commit_container(self, container_id: str, labels: dict[str, str]) -> str:
         """The container as an untagged image (its tmpfs mounts are not part of it): its ID."""
