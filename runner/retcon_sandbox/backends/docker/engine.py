@@ -167,7 +167,7 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (*found, paramiko.SSHException)
 
 
-GONE_S = 30.0  # how long `discard_container` waits for a removal the engine is doing already
+GONE_S = 30.0  # how long `_remove` waits for a removal someone else is doing already
 SSH_POOL = 3  # idle API connections kept over SSH, each one of the server's sessions
 
 
@@ -401,25 +401,11 @@ class DockerEngine:
 
     def discard_container(self, container_id: str) -> None:
         """Remove the container (and its anonymous volumes), whatever the engine answers, and
-        return once it is gone (or after GONE_S). A sandbox whose keeper has ended is being
-        removed by the engine already (auto-remove): a second removal is refused with 409 while
-        that one runs, which takes seconds on a busy engine, and the container is still there
-        for anyone who looks (a run that says it removed its containers, `clean`, a test)."""
+        return once it is gone (see `_remove`)."""
         try:
-            self.client.containers.get(container_id).remove(force=True, v=True)
-            return
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: being removed already; look until it is gone
-                return
+            _remove(self.client.containers.get(container_id))
         except engine_errors():
-            return
-        deadline = time.monotonic() + GONE_S
-        while time.monotonic() < deadline:
-            try:
-                self.client.containers.get(container_id)
-            except engine_errors():  # NotFound: gone; anything else: nothing more to do here
-                return
-            time.sleep(0.1)
+            pass
 
     def commit_container(self, container_id: str, labels: dict[str, str]) -> str:
         """The container as an untagged image (its tmpfs mounts are not part of it): its ID."""
@@ -655,15 +641,27 @@ def local_addresses() -> set[str]:
 
 
 def _remove(container: Any) -> None:
-    """Remove a container with its volumes; one already gone, or being removed by someone else
-    (a concurrent `clean`, the run that owns it), counts as removed."""
+    """Remove a container with its volumes, and return once it is gone. One already gone counts
+    as removed. One being removed by someone else is waited for, up to GONE_S: the engine
+    itself once its keeper has ended (auto-remove), a concurrent `clean`, the run that owns
+    it. That removal refuses a second one (409) and takes seconds on a busy engine, while the
+    container is still there for anyone who looks (a run that says it removed its containers,
+    `clean`, a test)."""
     try:
         container.remove(force=True, v=True)
+        return
     except docker.errors.NotFound:
-        pass
+        return
     except docker.errors.APIError as exc:
         if exc.status_code != 409 or "already in progress" not in str(exc):
             raise
+    deadline = time.monotonic() + GONE_S
+    while time.monotonic() < deadline:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.1)
 
 
 def _first_line(exc: BaseException) -> str:
