@@ -8,6 +8,8 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 
+from retcon_sandbox.plan.evidence import top_folder
+
 
 def cut(units: Sequence[Sequence[str]], goes_on: Sequence[float], fewest: int, most: int
         ) -> list[list[str]]:
@@ -85,8 +87,9 @@ def by_folders(paths: Sequence[str], roles: dict[str, str], target: int) -> list
 
 
 def by_top_folder(paths: Sequence[str]) -> list[list[str]]:
-    """One group per top-level folder (the files at the root: one group), in `paths` order."""
-    return _by(paths, lambda p: p.split("/", 1)[0] if "/" in p else "")
+    """One group per top-level folder (the files at the root: one group), in `paths` order:
+    the folders of the pair model's "same top folder"."""
+    return _by(paths, top_folder)
 
 
 def _by(paths: Sequence[str], key: Callable[[str], object]) -> list[list[str]]:

@@ -173,7 +173,9 @@ def _folder(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else ""
 
 
-def _top(path: str) -> str:
+def top_folder(path: str) -> str:
+    """The path's top-level folder ("" at the root): the pair model's "same top folder", and
+    the draft's fallback grouping (cluster.by_top_folder)."""
     return path.split("/", 1)[0] if "/" in path else ""
 
 
@@ -187,7 +189,7 @@ def features(s: Structure, a: str, b: str) -> tuple[float, ...]:
     ra, rb = s.roles[a], s.roles[b]
     la, lb = s.lines[a], s.lines[b]
     sa, sb = s.status[a], s.status[b]
-    return (float(_folder(a) == _folder(b)), float(_top(a) == _top(b)), float(ra == rb),
+    return (float(_folder(a) == _folder(b)), float(top_folder(a) == top_folder(b)), float(ra == rb),
             *(float(ra == rb == r) for r in PAIRED_ROLES),
             *(float({ra, rb} == {x, y}) for x, y in MIXED_ROLES),
             float(s.keys[a] == s.keys[b] and len(s.keys[a]) > 1), float(b in s.links[a]),
