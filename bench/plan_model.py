@@ -22,7 +22,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_openai
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))  # this checkout's
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realhistory import (
