@@ -25,6 +25,18 @@ A plain HTTP connection carries one request and its response, then closes (a sec
 request never reaches the upstream, which may serve other hosts); a request body is forwarded by
 its Content-Length only. A tunnel (CONNECT) idle in both directions for IDLE_TIMEOUT seconds is
 closed.
+
+Immutable files (`--immutable=HOST/PREFIX`, files.pythonhosted.org/packages/ for PyPI): a file
+whose URL names its content never changes, and PyPI says so (`Cache-Control: immutable`), which
+lets pip keep it in its cache. A TLS-intercepting network proxy can strip that header, and then
+every setup downloads every wheel again. For these hosts only, once `--authority` has made this
+proxy's certificate authority (AUTHORITY: a CA name-constrained to those hosts, whose key never
+leaves this container's /tmp, and which only the setup container is given), a CONNECT is answered
+by the proxy itself over TLS. Each GET or HEAD request is sent on to the host over a TLS
+connection of its own, verified against the host's CA bundle (the one setup would have used),
+and its answer comes back with `Cache-Control` restored where it is missing for a path under
+PREFIX. Requests with a body, and other methods, are refused. Needs Python 3.11; without the
+authority, or on an older Python, these hosts are tunnelled like any other.
 """
 
 from __future__ import annotations
@@ -32,9 +44,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import re
+import secrets
 import socket
+import ssl
+import subprocess
 import sys
+import tempfile
 from typing import Union
 
 # Never connected to: this host, private, shared (CGNAT), loopback, link-local (cloud
@@ -63,6 +80,10 @@ BODY_LIMIT = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 20.0
 MAX_CLIENTS = 128
 EVICT_IDLE = 5.0
+IMMUTABLE: dict[str, str] = {}  # --immutable=HOST/PREFIX: the host's path prefix
+AUTHORITY = os.path.join(tempfile.gettempdir(), "retcon-authority")  # in the container: tmpfs
+CACHE_CONTROL = b"Cache-Control: max-age=365000000, immutable"  # what PyPI says of its files
+BUNDLE_LIMIT = 16 * 1024 * 1024
 
 
 def blocked(address: str) -> bool:
@@ -120,9 +141,59 @@ def host_addresses(args: list[str]
         elif arg.startswith("--allow="):
             with contextlib.suppress(ValueError):
                 ALLOWED.append(ipaddress.ip_network(arg[len("--allow="):], strict=False))
+        elif arg.startswith("--immutable="):
+            host, _, prefix = arg[len("--immutable="):].lower().partition("/")
+            IMMUTABLE[host] = "/" + prefix
         else:
             hosts.append(arg.lower())
     return blocked_here, hosts
+
+
+def authority(hosts: list[str], bundle: bytes, folder: str = AUTHORITY) -> bytes:
+    """Make this proxy's certificate authority in `folder` (mode 0700): a CA that may sign for
+    `hosts` only (nameConstraints), valid two days, and with it a certificate for those hosts;
+    `bundle` (the host's CA bundle) is kept beside them to verify the hosts with. The CA's
+    certificate (PEM), which setup is given to trust; its key never leaves `folder`."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    ca, leaf = os.path.join(folder, "ca"), os.path.join(folder, "leaf")
+    with open(os.path.join(folder, "upstream.pem"), "wb") as handle:
+        handle.write(bundle)
+    names = ",".join(f"DNS:{h}" for h in hosts)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    with open(os.path.join(folder, "leaf.ext"), "w") as handle:
+        handle.write("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                     "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\n"
+                     f"authorityKeyIdentifier=keyid\nsubjectAltName={names}\n")
+    for argv in (
+            ["req", "-x509", *key, "-keyout", ca + ".key", "-out", ca + ".pem", "-days", "2",
+             "-subj", "/CN=retcon-sandbox setup proxy",
+             "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+             "-addext", "nameConstraints=critical," + ",".join(
+                 f"permitted;DNS:{h}" for h in hosts)],
+            ["req", "-new", *key, "-keyout", leaf + ".key", "-out", leaf + ".csr",
+             "-subj", "/CN=" + hosts[0]],
+            ["x509", "-req", "-in", leaf + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
+             "-set_serial", "0x" + secrets.token_hex(16), "-days", "2", "-out",
+             leaf + ".new", "-extfile", os.path.join(folder, "leaf.ext")]):
+        subprocess.run(["openssl", *argv], check=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+    os.replace(leaf + ".new", leaf + ".pem")  # `_contexts` waits for it: the last file made
+    with open(ca + ".pem", "rb") as handle:
+        return handle.read()
+
+
+def _contexts(folder: str = AUTHORITY) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """(the context clients of an immutable host are served with, the one the host is
+    verified with), once `authority` has made them; else None."""
+    if not os.path.exists(os.path.join(folder, "leaf.pem")):
+        return None
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(os.path.join(folder, "leaf.pem"), os.path.join(folder, "leaf.key"))
+    serving.set_alpn_protocols(["http/1.1"])
+    upstream = ssl.create_default_context(cafile=os.path.join(folder, "upstream.pem"))
+    upstream.set_alpn_protocols(["http/1.1"])
+    return serving, upstream
 
 
 def allowed_host(host: str, allowed: list[str]) -> bool:
@@ -197,9 +268,10 @@ class Activity:
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-               activity: Activity | None = None, counted: list[int] | None = None) -> None:
+               activity: Activity | None = None, counted: list[int] | None = None,
+               close: bool = True) -> None:
     """Copy until end of stream; with `activity`, until both ways are idle too long.
-    `counted[0]` adds up the bytes copied."""
+    `counted[0]` adds up the bytes copied. `close`: close `writer` at the end."""
     try:
         while True:
             if activity is None:
@@ -223,8 +295,9 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     except (ConnectionError, OSError):
         pass
     finally:
-        with contextlib.suppress(OSError):
-            writer.close()
+        if close:
+            with contextlib.suppress(OSError):
+                writer.close()
 
 
 async def read_head(reader: asyncio.StreamReader) -> bytes | None:
@@ -240,20 +313,19 @@ def log(text: str) -> None:
     sys.stderr.flush()
 
 
-def refuse(writer: asyncio.StreamWriter, why: str) -> None:
+def refuse(writer: asyncio.StreamWriter, why: str, status: str = "403 Forbidden") -> None:
     body = f"retcon-sandbox setup: refused: {why}\n".encode()
-    writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    writer.write(f"HTTP/1.1 {status}\r\n".encode() + b"Content-Type: text/plain\r\n"
+                 b"Connection: close\r\n" + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                 + body)
 
 
 _LONE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab is allowed in header values
 _HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:")  # a token, then the colon: no folding
 
 
-def parse(head: bytes) -> tuple[str, str, int, bytes]:
-    """A proxy request's (method, host, port, bytes to send upstream first), or Refused.
-    CONNECT goes to port 443 only, plain HTTP to port 80 only, with its Host header set to the
-    URL's host (never the client's), and hop-by-hop headers dropped."""
+def request_lines(head: bytes) -> tuple[list[str], list[str]]:
+    """An HTTP/1 request head's (request line's three parts, header lines), or Refused."""
     text = head.decode("latin-1")
     if not text.endswith("\r\n\r\n") or _LONE_CONTROL.search(text[:-4].replace("\r\n", "")):
         raise Refused("a request head with a control character or a bare CR or LF")
@@ -263,6 +335,15 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
         raise Refused("not an HTTP/1 proxy request")
     if any(not _HEADER.match(line) for line in lines[1:]):
         raise Refused("a malformed or folded header line")
+    return parts, lines[1:]
+
+
+def parse(head: bytes) -> tuple[str, str, int, bytes]:
+    """A proxy request's (method, host, port, bytes to send upstream first), or Refused.
+    CONNECT goes to port 443 only, plain HTTP to port 80 only, with its Host header set to the
+    URL's host (never the client's), and hop-by-hop headers dropped."""
+    parts, header_lines = request_lines(head)
+    lines = ["", *header_lines]
     method, target, version = parts
     if method == "CONNECT":
         host, port = split_host_port(target, 443)
@@ -290,6 +371,137 @@ def parse(head: bytes) -> tuple[str, str, int, bytes]:
     return method, host, port, upstream.encode("latin-1")
 
 
+_HOP = ("host:", "proxy-", "connection:", "keep-alive:", "te:", "upgrade:")
+
+
+def origin_request(head: bytes, host: str) -> tuple[str, str, bytes, bool]:
+    """A request inside an immutable host's TLS: (method, path, the head to send the host,
+    whether the client's connection ends after it). GET and HEAD only, with no body; the Host
+    header is the host's, hop-by-hop headers are dropped, and the host is asked to close."""
+    (method, path, version), headers = request_lines(head)
+    if method not in ("GET", "HEAD") or not path.startswith("/"):
+        raise Refused(f"{method} {path[:80]} (only GET and HEAD of a path)")
+    lowered = [h.lower().replace(" ", "").replace("\t", "") for h in headers]
+    if any(h.startswith(("transfer-encoding:", "expect:")) or
+           (h.startswith("content-length:") and h != "content-length:0") for h in lowered):
+        raise Refused("a request with a body")
+    close = version == "HTTP/1.0" or "connection:close" in lowered
+    kept = [h for h in headers if not h.lower().startswith(_HOP)]
+    upstream = "\r\n".join([f"{method} {path} HTTP/1.1", f"Host: {host}", *kept,
+                             "Connection: close", "", ""])
+    return method, path, upstream.encode("latin-1"), close
+
+
+def response_head(head: bytes, method: str, immutable: bool) -> tuple[bytes, bool]:
+    """An answer's head as the client gets it, and whether its end is framed (a length,
+    chunks, or no body), so that the client's connection can carry another request. Hop-by-hop
+    headers are dropped; `immutable` (a 200 for a path under the host's prefix) restores
+    CACHE_CONTROL where the answer has no Cache-Control at all (one it has is kept)."""
+    lines = head[:-4].split(b"\r\n")
+    status = lines[0].split(b" ")
+    if len(status) < 2 or status[0] not in (b"HTTP/1.0", b"HTTP/1.1") or \
+            not re.fullmatch(rb"[0-9]{3}", status[1]) or b"\n" in head[:-4].replace(b"\r\n", b""):
+        raise Refused("the host's answer is not HTTP/1")
+    code = int(status[1])
+    kept = [h for h in lines[1:] if not h.lower().startswith(
+        (b"connection:", b"keep-alive:", b"proxy-"))]
+    names = [h.split(b":", 1)[0].strip().lower() for h in kept]
+    chunked = any(h.lower().replace(b" ", b"") == b"transfer-encoding:chunked" for h in kept)
+    framed = method == "HEAD" or code in (204, 304) or (code >= 200 and (
+        chunked or names.count(b"content-length") == 1))
+    if immutable and code == 200 and b"cache-control" not in names:
+        kept.append(CACHE_CONTROL)
+    if not framed:
+        kept.append(b"Connection: close")
+    return b"\r\n".join([lines[0], *kept, b"", b""]), framed
+
+
+_CONTEXTS: list[tuple[ssl.SSLContext, ssl.SSLContext]] = []
+
+
+def contexts() -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """`_contexts`, read once they exist."""
+    if not _CONTEXTS and sys.version_info >= (3, 11):
+        made = _contexts()
+        if made is not None:
+            _CONTEXTS.append(made)
+    return _CONTEXTS[0] if _CONTEXTS else None
+
+
+async def intercept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
+                    address: str, activity: Activity,
+                    made: tuple[ssl.SSLContext, ssl.SSLContext], port: int = 443) -> None:
+    """A CONNECT to an immutable host, answered over TLS by this proxy: each request is sent
+    on to the host (`exchange`) until the client or an unframed answer ends the connection."""
+    serving, upstream = made
+    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+    down, answered = [0], 0
+    try:
+        await writer.drain()
+        await asyncio.wait_for(writer.start_tls(serving), HEAD_TIMEOUT)
+        while True:
+            head = await read_head(reader)
+            if head is None:
+                break
+            activity.touch()
+            try:
+                method, path, request, close = origin_request(head, host)
+            except Refused as exc:
+                log(f"refused a request to {host}: {exc}")
+                refuse(writer, str(exc))
+                await writer.drain()
+                break
+            answered += 1
+            if not await exchange(writer, (host, address, port), upstream,
+                                  (method, path, request), activity, down) or close:
+                break
+    except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+        log(f"the client's TLS with {host} ended: {type(exc).__name__}")
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.close()
+    log(f"closed {host}:443 up 0 down {down[0]} ({answered} requests answered here)")
+
+
+async def exchange(writer: asyncio.StreamWriter, to: tuple[str, str, int],
+                   upstream: ssl.SSLContext, request: tuple[str, str, bytes],
+                   activity: Activity, down: list[int]) -> bool:
+    """`request` (method, path, head) sent to `to` (host, its address, port) over a TLS
+    connection of its own, verified with `upstream`; its answer copied back
+    (`response_head`), counted in `down[0]`. Whether the client's connection can carry
+    another request."""
+    host, address, port = to
+    method, path, head = request
+    try:
+        up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
+            address, port, ssl=upstream, server_hostname=host, limit=HEAD_LIMIT),
+            CONNECT_TIMEOUT)
+    except (OSError, asyncio.TimeoutError) as exc:
+        log(f"refused {method} https://{host}{path[:80]}: {host} did not answer over TLS "
+            f"({exc or 'timeout'})")
+        refuse(writer, f"{host} did not answer over TLS ({exc or 'timeout'})",
+               "502 Bad Gateway")
+        await writer.drain()
+        return False
+    try:
+        up_writer.write(head)
+        answer = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        down[0] += len(answer)
+        rewritten, framed = response_head(answer, method, path.startswith(IMMUTABLE[host]))
+    except (Refused, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            asyncio.TimeoutError) as exc:
+        log(f"refused {method} https://{host}{path[:80]}: {exc or 'no answer in time'}")
+        refuse(writer, f"{host} gave no answer ({exc or 'timeout'})", "502 Bad Gateway")
+        await writer.drain()
+        up_writer.close()
+        return False
+    writer.write(rewritten)
+    await pipe(up_reader, writer, activity, down, close=False)
+    with contextlib.suppress(OSError):
+        up_writer.close()
+    return framed
+
+
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 allowed: list[str], activity: Activity | None = None) -> None:
     """One client's request; `activity`: the client's, which `Clients` watches."""
@@ -303,6 +515,11 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     try:
         method, host, port, rest = parse(head)
         address = await resolve(host, port, allowed)
+        made = contexts() if method == "CONNECT" and host in IMMUTABLE else None
+        if made is not None:
+            log(f"allowed {method} {host}:{port}, answered here")
+            await intercept(reader, writer, host, address, activity, made)
+            return
         try:
             up_reader, up_writer = await asyncio.wait_for(
                 asyncio.open_connection(address, port), CONNECT_TIMEOUT)
@@ -422,7 +639,24 @@ async def main(port: int, allowed: list[str], limit: int = MAX_CLIENTS,
         await server.serve_forever()
 
 
-if __name__ == "__main__":
+def make_authority(hosts: list[str]) -> None:
+    """`--authority HOST...`: the host's CA bundle on stdin (its length in bytes on the first
+    line, then the bytes), our CA's certificate on stdout."""
+    size = sys.stdin.buffer.readline().strip()
+    if not size.isdigit() or int(size) > BUNDLE_LIMIT:
+        sys.exit("--authority: the CA bundle's length, then the bundle, on stdin")
+    bundle = sys.stdin.buffer.read(int(size))
+    try:
+        certificate = authority(hosts, bundle)
+    except (OSError, subprocess.SubprocessError) as exc:
+        said = getattr(exc, "stderr", b"") or b""
+        sys.exit(f"--authority: {exc} {said.decode(errors='replace')[-300:]}")
+    sys.stdout.buffer.write(certificate)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--authority"]:
+    make_authority(sys.argv[2:])
+elif __name__ == "__main__":
     extra, hosts = host_addresses(sys.argv[2:])
     EXTRA_BLOCKED.update(extra | own_addresses())
     asyncio.run(main(int(sys.argv[1]), hosts))
