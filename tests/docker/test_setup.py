@@ -512,10 +512,11 @@ CACHE_SETUP = ('setup = ["pip install -r requirements.txt", '
 def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
                                                        tmp_path: Path) -> None:
     """The second commit adds a dependency: its setup says why it is made, and finds what the
-    first setup left in the repository's package cache (pip's own entries need a registry
-    whose responses carry Cache-Control: this network's TLS proxy strips it, so the test
-    leaves a mark of its own). Builds and tests never see the cache; --no-package-cache sets
-    up without it; `clean` removes a cache no environment uses."""
+    first setup left in the repository's package cache: pip takes six from its cache, even
+    on a network whose TLS proxy strips PyPI's Cache-Control (the egress proxy restores it
+    for files.pythonhosted.org/packages/), and a mark of the test's own is there too. Builds
+    and tests never see the cache; --no-package-cache sets up without it, and pip downloads
+    six again; `clean` removes a cache no environment uses."""
     spec = make_project(tmp_path / "cache", {"requirements.txt": f"# {RUN}\nsix==1.16.0\n",
                                              "t.py": "import six\n"},
                         {"requirements.txt": f"# {RUN}\nsix==1.16.0\niniconfig==2.0.0\n",
@@ -539,6 +540,8 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
     # the first setup lists its own mark; the second lists the first's too
     assert [line for line in lines if line.startswith("kept-")] == ["kept-2", "kept-2",
                                                                     "kept-3"], log
+    assert [line.strip() for line in lines if "six-1.16.0" in line and "cached" in line] == \
+        ["Using cached six-1.16.0-py2.py3-none-any.whl (11 kB)"], log
     git(spec.parent, "update-ref", "-d", "refs/notes/retcon-sandbox")
     result = cli("verify", "--spec", str(spec), "--json", "--no-cache", "--no-package-cache",
                  *ALLOW, cwd=spec.parent, timeout=900)
@@ -546,6 +549,7 @@ def test_a_second_setup_reuses_the_first_ones_downloads(engine: DockerEngine,
     MADE.extend(prepared(again))
     assert result.code == 0, result.out + result.err
     assert [e["cache"] for e in again if e["event"] == "setup"] == [None, None]
+    assert not any("Using cached" in str(e.get("line")) for e in again), result.out
     # verify -j 2 may prepare either environment first; neither sees the other's mark
     assert sorted(str(e["line"]) for e in again if e["event"] == "setup_output"
                   and str(e["line"]).startswith("kept-")) == ["kept-2", "kept-3"], result.out

@@ -47,6 +47,10 @@ REGISTRIES = (
     "crates.io", "index.crates.io", "static.crates.io",  # the Rust crate registry
     "deb.debian.org", "security.debian.org",  # Debian
 )
+# Registries whose files are named by their content, under a path prefix: setup's egress proxy
+# restores the Cache-Control they send (which a TLS-intercepting network can strip), so that
+# the package cache keeps them (`sandbox/egress.py`).
+IMMUTABLE = {"files.pythonhosted.org": "/packages/"}
 SETUP_NETWORKS = ("registries", "full", "none")
 SETUP_DISK = 4 * 1024**3
 KEEP_ENVIRONMENTS = 3

@@ -342,6 +342,10 @@ class DockerPreparer:
             "setup", self.policy.network, self.policy.registries, ca[1] if ca else None, cache,
             lifetime=self.settings.setup_timeout + SETUP_MARGIN_S,
             allowed=self.policy.allowed_addresses))
+        if docker.authority_failed:
+            self.report.emit("warning", message="package cache: the egress proxy could not make "
+                             "its certificate authority, so pip may download PyPI's files "
+                             f"again ({docker.authority_failed})")
         with self.git_lock:
             box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
         self.prepare_workspace(box, tree, version)

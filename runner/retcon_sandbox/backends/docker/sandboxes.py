@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import tarfile
 import time
 import uuid
@@ -34,7 +35,7 @@ from retcon_sandbox.backends.docker import liveness
 from retcon_sandbox.backends.docker.engine import LABEL_RUN, LABEL_SPEC, DockerEngine, EngineError
 from retcon_sandbox.backends.docker.leases import LEASE_S, Leases
 from retcon_sandbox.backends.docker.stream import ExecStream, ExecTransport
-from retcon_sandbox.backends.hostaccess import CACHE_PATH
+from retcon_sandbox.backends.hostaccess import CACHE_PATH, IMMUTABLE
 from retcon_sandbox.errors import ImageError, SandboxError
 from retcon_sandbox.protocol import OutputCapture
 from retcon_sandbox.resources import (
@@ -187,6 +188,7 @@ class DockerSandboxes:
         self._volumes: list[str] | None = None
         self.owner = liveness.labels_of(liveness.this_process())  # for `clean`
         self.proxy_log: Callable[[], str] = lambda: ""  # the last setup's egress decisions
+        self.authority_failed: str | None = None  # why the last setup's proxy has no CA
         self.sysctls = dict(SYSCTLS)  # emptied when the engine cannot set them (`_started`)
         self.leases = Leases(engine)  # each container's input, held while the run lives
 
@@ -257,19 +259,24 @@ class DockerSandboxes:
         the bundle's file (public certificates) stays in the image at CA_PATH. `cache`: the
         package cache's volume, mounted at CACHE_PATH (never part of the image). `lifetime`:
         the setup's own deadline, past which its container and proxy end themselves.
-        `allowed`: --setup-allow-address's networks, which the egress proxy may reach."""
+        `allowed`: --setup-allow-address's networks, which the egress proxy may reach.
+        With a cache and a bundle, the proxy answers for IMMUTABLE's hosts itself, so that
+        their files reach the cache (`sandbox/egress.py`): the bundle setup trusts then holds
+        the proxy's CA too (`authority_failed` says why not, when it could not be made)."""
         with contextlib.ExitStack() as stack:
             kwargs = {**self.create_kwargs(label, lifetime=lifetime), "read_only": False}
             env = dict(self.env)
             if cache is not None:
                 kwargs["volumes"] = {cache: {"bind": CACHE_PATH, "mode": "rw"}}
                 env.update(CACHE_VARIABLES)
+            self.authority_failed = None
             if network == "registries":
                 kwargs.pop("network_mode")
-                kwargs["network"], proxy = stack.enter_context(
-                    self._egress(registries, lifetime, allowed))
+                kwargs["network"], proxy, ours = stack.enter_context(self._egress(
+                    registries, lifetime, allowed, ca_bundle if cache is not None else None))
                 kwargs["dns"] = [NO_DNS]
                 env.update(proxy_variables(proxy))
+                ca_bundle = ca_bundle + ours if ca_bundle is not None and ours else ca_bundle
             elif network == "full":
                 kwargs["network_mode"] = "bridge"
             if ca_bundle is not None:
@@ -412,12 +419,15 @@ class DockerSandboxes:
 
     @contextlib.contextmanager
     def _egress(self, registries: tuple[str, ...], lifetime: float = 0.0,
-                allowed: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+                allowed: tuple[str, ...] = (), bundle: bytes | None = None
+                ) -> Iterator[tuple[str, str, bytes]]:
         """An internal network whose only way out is the egress proxy (`sandbox/egress.py`),
-        itself on an ordinary network: (the internal network's name, the proxy's URL). The
-        internal network's bridge has no address on the host (`inhibit_ipv4`), so nothing
-        listening on the host is reachable from it. The proxy runs from our own base image,
-        never the run's (which a spec names, and which setup may have changed)."""
+        itself on an ordinary network: (the internal network's name, the proxy's URL, its CA's
+        certificate or b""). The internal network's bridge has no address on the host
+        (`inhibit_ipv4`), so nothing listening on the host is reachable from it. The proxy
+        runs from our own base image, never the run's (which a spec names, and which setup
+        may have changed). With `bundle` (the host's CA bundle), the proxy makes a CA for
+        IMMUTABLE's hosts among `registries` (`_authority`)."""
         engine = self.engine
         image = self.proxy_image
         if image is None or not self.engine.has_image(image):
@@ -426,6 +436,7 @@ class DockerSandboxes:
                              "--setup-network full (or none).")
         labels = {LABEL_RUN: self.run_id, LABEL_SPEC: self.spec_path, **self.owner}
         suffix = uuid.uuid4().hex[:10]
+        immutable = [h for h in registries if h in IMMUTABLE] if bundle is not None else []
         with contextlib.ExitStack() as stack:
             try:
                 outside = f"retcon-egress-{suffix}"
@@ -441,6 +452,7 @@ class DockerSandboxes:
                     command=["-I", "-S", "-c", keeper_source(), str(LEASE_S), str(lifetime),
                              "/usr/bin/python3", "-I", "-S", "-c", egress_source(),
                              str(PROXY_PORT), *registries, *(f"--allow={a}" for a in allowed),
+                             *(f"--immutable={h}{IMMUTABLE[h]}" for h in immutable),
                              *(f"--block={a}" for a in engine.host_addresses())],
                     stdin_open=True, detach=False, auto_remove=True,
                     user=f"{UID}:{GID}", network=outside, cap_drop=["ALL"],
@@ -459,8 +471,36 @@ class DockerSandboxes:
                 raise SandboxError(f"cannot set up the setup's network: {exc}",
                                    "The engine must be able to create networks; or give "
                                    "--setup-network full (or none).") from None
+            ours = self._authority(proxy, immutable, bundle) if immutable and bundle else b""
             self.proxy_log = lambda: engine.container_logs(proxy)
-            yield inside, f"http://{PROXY_ALIAS}:{PROXY_PORT}"
+            yield inside, f"http://{PROXY_ALIAS}:{PROXY_PORT}", ours
+
+    def _authority(self, proxy: str, hosts: list[str], bundle: bytes) -> bytes:
+        """The proxy's CA for `hosts`, made in its container by `egress.py --authority` from
+        the host's bundle (sent on stdin, to verify the hosts with): its certificate, one PEM
+        block and nothing else. b"" when it cannot be made, with `authority_failed` saying
+        why: the proxy then tunnels those hosts as it does any other."""
+        try:
+            exec_id, sock = self.engine.exec_open(
+                proxy, ["/usr/bin/python3", "-I", "-S", "-c", egress_source(), "--authority",
+                        *hosts], user=f"{UID}:{GID}", stdin=True)
+            stream = ExecStream(sock)
+            stream.deadline = time.monotonic() + deadlines.stretched(AUTHORITY_S)
+            out, err = bytearray(), bytearray()
+            try:
+                stream.send(f"{len(bundle)}\n".encode() + bundle)
+                while (frame := stream.frame()) is not None and len(out) < 1 << 16:
+                    (out if frame[0] == 1 else err).extend(frame[1][: 1 << 16])
+            finally:
+                stream.close()
+            code = self.engine.exec_exit_code(exec_id)
+        except (EngineError, SandboxError, OSError) as exc:  # a deadline too
+            self.authority_failed = str(exc)
+            return b""
+        if code != 0 or not _ONE_CERTIFICATE.fullmatch(bytes(out)):
+            self.authority_failed = (f"exit {code}: " + err.decode(errors="replace").strip())[-300:]
+            return b""
+        return bytes(out).strip() + b"\n"
 
     def _start_helper(self, container_id: str, image: str | None = None,
                       env: dict[str, str] | None = None, network_allowed: bool = False
@@ -754,6 +794,9 @@ def _wait_listening(engine: DockerEngine, proxy: str, ready_s: float = PROXY_REA
 
 
 KEEPER_SAID_ENDED = "retcon-keeper: the command ended"  # sandbox/keeper.py's line
+AUTHORITY_S = 30.0  # for the proxy to make its CA (two EC keys, two certificates)
+_ONE_CERTIFICATE = re.compile(rb"\s*-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+"
+                              rb"-----END CERTIFICATE-----\s*")
 
 
 def _said(logs: str) -> str:
