@@ -1,6 +1,6 @@
 """`[sandbox] setup` and a real test suite in the sandbox, side by side with the alternative.
 
-    python3 bench/setup.py [--project more-itertools==10.5.0]
+    python3 bench/setup.py [--project more-itertools==10.5.0] [--allow NET]
 
 Takes a real project's source distribution from PyPI (more-itertools: about 660 tests and 2,300
 subtests), makes a repository of it, and prints, each through the real command line:
@@ -11,9 +11,9 @@ subtests), makes a repository of it, and prints, each through the real command l
   alone, and the sandbox's whole verification with its start-up);
 - what the git metadata (`git_metadata = true`, the default) adds to each sandbox of this tree;
 - a second setup of the same inputs (`--no-cache` again) with the package cache the first one
-  filled, against one without it (`--no-package-cache`), and what pip said it downloaded or
-  took from its cache. A registry whose responses lose Cache-Control on the way (a
-  TLS-intercepting proxy) leaves pip's HTTP cache empty: then both download.
+  filled, against one without it (`--no-package-cache`): what pip said it downloaded or took
+  from its cache, and the bytes that came in through the egress proxy. On a network whose
+  TLS proxy strips PyPI's Cache-Control, the egress proxy restores it for PyPI's files.
 Needs PyPI. Nothing is asserted: these are figures to read.
 """
 
@@ -37,6 +37,7 @@ from retcon_sandbox.spec.settings import DEFAULTS
 
 CLI = (sys.executable, "-m", "retcon_sandbox")
 PREPARED: list[str] = []  # the environment this run prepared: removed at the end
+ALLOW: list[str] = []  # --setup-allow-address NET for every run (--allow)
 TEST = "python -m pytest -q -p no:cacheprovider tests"
 SPEC = f"""source = "main"
 remote = "main~1"
@@ -83,7 +84,9 @@ def verify(directory: Path, cold: bool, *extra: str) -> tuple[float, dict[str, f
                    check=False)
     start = time.perf_counter()
     proc = subprocess.run([*CLI, "verify", "main~1..main", "--spec", "bench-spec.toml",
-                           "--json", *(["--no-cache"] if cold else []), *extra], cwd=directory,
+                           "--json", *(["--no-cache"] if cold else []), *extra,
+                           *(a for net in ALLOW for a in ("--setup-allow-address", net))],
+                          cwd=directory,
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
@@ -93,6 +96,7 @@ def verify(directory: Path, cold: bool, *extra: str) -> tuple[float, dict[str, f
         event = json.loads(line)
         if event["event"] == "setup_ready":
             seen["setup"] = float(event["seconds"])
+            seen["bytes"] = float(event.get("downloaded") or 0)
             PREPARED.append(str(event["tag"]))
         if event["event"] == "commit_verified":  # no build: its seconds are the tests'
             seen["test"] = float(event["seconds"])
@@ -129,7 +133,11 @@ def on_host(directory: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--project", default="more-itertools==10.5.0")
+    parser.add_argument("--allow", action="append", default=[], metavar="NET",
+                        help="give the runs --setup-allow-address NET (a network whose "
+                             "resolver answers in a reserved range)")
     args = parser.parse_args()
+    ALLOW.extend(args.allow)
     with tempfile.TemporaryDirectory(prefix="retcon-bench-setup-") as tmp:
         source = fetch(args.project, Path(tmp) / "sdist")
         directory = Path(tmp) / "repo"
@@ -160,6 +168,10 @@ def main() -> None:
     print(f"  {'  pip: files taken from its cache/downloaded':<44} {'package cache':>13} "
           f"{cached.get('cached', 0):3.0f}/{cached.get('downloaded', 0):<3.0f}    "
           f"{'without':>11} {uncached.get('cached', 0):3.0f}/{uncached.get('downloaded', 0):.0f}")
+    first, second = uncached.get("bytes", 0), cached.get("bytes", 0)
+    print(f"  {'  bytes in through the egress proxy':<44} {'package cache':>13} "
+          f"{second / 1e6:6.2f} MB {'without':>11} {first / 1e6:6.2f} MB   "
+          f"({second / first if first else 0:.0%})")
 
 
 if __name__ == "__main__":
