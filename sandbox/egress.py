@@ -8,12 +8,12 @@ under it): CONNECT to port 443, plain HTTP to port 80 with the Host header set t
 host. It never connects to a loopback, private, link-local (169.254.169.254, cloud metadata),
 shared, multicast or reserved address, nor an IPv6 address embedding one (BLOCKED): it resolves
 the name itself, checks every address, and connects to the address it checked. TLS passes
-through untouched. A request head must arrive within HEAD_TIMEOUT seconds, and at most
-MAX_CLIENTS connections are served at once: when all are taken, the one idle longest (no byte
-either way for EVICT_IDLE seconds at least) is closed for a new client, so idle tunnels cannot
-lock others out. Each decision is one line on stderr, which the host reads, and so is each
-connection's end, with the bytes it carried each way (`closed HOST:PORT up N down M`: what setup
-downloaded).
+through untouched, except for immutable files (below). A request head must arrive within
+HEAD_TIMEOUT seconds, and at most MAX_CLIENTS connections are served at once: when all are
+taken, the one idle longest (no byte either way for EVICT_IDLE seconds at least) is closed for
+a new client, so idle tunnels cannot lock others out. Each decision is one line on stderr,
+which the host reads, and so is each connection's end, with the bytes it carried each way
+(`closed HOST:PORT up N down M`: what setup downloaded).
 
 The engine host's own addresses are refused too, whatever range they are in: those the host
 names (`--block=ADDR`: every network's gateway and, for a local engine, its interfaces), and
@@ -26,17 +26,20 @@ request never reaches the upstream, which may serve other hosts); a request body
 its Content-Length only. A tunnel (CONNECT) idle in both directions for IDLE_TIMEOUT seconds is
 closed.
 
-Immutable files (`--immutable=HOST/PREFIX`, files.pythonhosted.org/packages/ for PyPI): a file
-whose URL names its content never changes, and PyPI says so (`Cache-Control: immutable`), which
-lets pip keep it in its cache. A TLS-intercepting network proxy can strip that header, and then
-every setup downloads every wheel again. For these hosts only, once `--authority` has made this
-proxy's certificate authority (AUTHORITY: a CA name-constrained to those hosts, whose key never
-leaves this container's /tmp, and which only the setup container is given), a CONNECT is answered
-by the proxy itself over TLS. Each GET or HEAD request is sent on to the host over a TLS
-connection of its own, verified against the host's CA bundle (the one setup would have used),
-and its answer comes back with `Cache-Control` restored where it is missing for a path under
-PREFIX. Requests with a body, and other methods, are refused. Needs Python 3.11; without the
-authority, or on an older Python, these hosts are tunnelled like any other.
+Immutable files (`--immutable=HOST:PATTERN`; for PyPI, files.pythonhosted.org and the paths of
+its files, /packages/xx/yy/<hash>/<name>): a file whose URL names its content never changes, and
+PyPI says so (`Cache-Control: immutable`), which lets pip keep it in its cache. A
+TLS-intercepting network proxy can strip that header, and then every setup downloads every wheel
+again. For these hosts only, once `--authority` has made this proxy's certificate authority (a
+CA name-constrained to those hosts' names and to no IP address, whose key never leaves this
+container's /tmp, and which only the setup container is given) and `--enable` has turned it on,
+a CONNECT is answered by the proxy itself over TLS. Each GET or HEAD request is sent on to the
+host over a TLS connection of its own, verified against the host's CA bundle (the one setup
+would have used); its answer comes back by its Content-Length and no further, with
+`Cache-Control` restored where it is missing on a 200 for a path PATTERN matches whole. Requests
+with a body, and other methods, are refused; an answer framed otherwise ends the connection.
+Needs Python 3.11; without the authority, or on an older Python, these hosts are tunnelled like
+any other.
 """
 
 from __future__ import annotations
@@ -80,10 +83,12 @@ BODY_LIMIT = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 20.0
 MAX_CLIENTS = 128
 EVICT_IDLE = 5.0
-IMMUTABLE: dict[str, str] = {}  # --immutable=HOST/PREFIX: the host's path prefix
+IMMUTABLE: dict[str, re.Pattern[str]] = {}  # --immutable=HOST:PATTERN: its files' paths
 AUTHORITY = os.path.join(tempfile.gettempdir(), "retcon-authority")  # in the container: tmpfs
 CACHE_CONTROL = b"Cache-Control: max-age=365000000, immutable"  # what PyPI says of its files
 BUNDLE_LIMIT = 16 * 1024 * 1024
+# The CA's name constraints exclude every IP address (a constraint on names alone leaves them)
+NO_ADDRESS = ("excluded;IP:0.0.0.0/0.0.0.0", "excluded;IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0")
 
 
 def blocked(address: str) -> bool:
@@ -142,8 +147,9 @@ def host_addresses(args: list[str]
             with contextlib.suppress(ValueError):
                 ALLOWED.append(ipaddress.ip_network(arg[len("--allow="):], strict=False))
         elif arg.startswith("--immutable="):
-            host, _, prefix = arg[len("--immutable="):].lower().partition("/")
-            IMMUTABLE[host] = "/" + prefix
+            host, _, pattern = arg[len("--immutable="):].partition(":")
+            with contextlib.suppress(re.error):
+                IMMUTABLE[host.lower()] = re.compile(pattern)
         else:
             hosts.append(arg.lower())
     return blocked_here, hosts
@@ -151,9 +157,10 @@ def host_addresses(args: list[str]
 
 def authority(hosts: list[str], bundle: bytes, folder: str = AUTHORITY) -> bytes:
     """Make this proxy's certificate authority in `folder` (mode 0700): a CA that may sign for
-    `hosts` only (nameConstraints), valid two days, and with it a certificate for those hosts;
-    `bundle` (the host's CA bundle) is kept beside them to verify the hosts with. The CA's
-    certificate (PEM), which setup is given to trust; its key never leaves `folder`."""
+    `hosts` only (nameConstraints: their names, no IP address), valid two days, and with it a
+    certificate for those hosts, kept as `leaf.new` until `enable`; `bundle` (the host's CA
+    bundle) is kept beside them to verify the hosts with, and must load. The CA's certificate
+    (PEM), which setup is given to trust; its key never leaves `folder`."""
     os.makedirs(folder, mode=0o700, exist_ok=True)
     ca, leaf = os.path.join(folder, "ca"), os.path.join(folder, "leaf")
     with open(os.path.join(folder, "upstream.pem"), "wb") as handle:
@@ -170,7 +177,7 @@ def authority(hosts: list[str], bundle: bytes, folder: str = AUTHORITY) -> bytes
              "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
              "-addext", "keyUsage=critical,keyCertSign,cRLSign",
              "-addext", "nameConstraints=critical," + ",".join(
-                 f"permitted;DNS:{h}" for h in hosts)],
+                 [*(f"permitted;DNS:{h}" for h in hosts), *NO_ADDRESS])],
             ["req", "-new", *key, "-keyout", leaf + ".key", "-out", leaf + ".csr",
              "-subj", "/CN=" + hosts[0]],
             ["x509", "-req", "-in", leaf + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
@@ -178,18 +185,26 @@ def authority(hosts: list[str], bundle: bytes, folder: str = AUTHORITY) -> bytes
              leaf + ".new", "-extfile", os.path.join(folder, "leaf.ext")]):
         subprocess.run(["openssl", *argv], check=True, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
-    os.replace(leaf + ".new", leaf + ".pem")  # `_contexts` waits for it: the last file made
+    _contexts(folder, leaf + ".new")  # ssl.SSLError if a file, or the bundle, will not load
     with open(ca + ".pem", "rb") as handle:
         return handle.read()
 
 
-def _contexts(folder: str = AUTHORITY) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+def enable(folder: str = AUTHORITY) -> None:
+    """Turn the authority on (`_contexts` waits for leaf.pem): once the host has taken the CA
+    into setup's bundle, never before, so that setup is never answered with a CA it lacks."""
+    os.replace(os.path.join(folder, "leaf.new"), os.path.join(folder, "leaf.pem"))
+
+
+def _contexts(folder: str = AUTHORITY, leaf: str = ""
+              ) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
     """(the context clients of an immutable host are served with, the one the host is
-    verified with), once `authority` has made them; else None."""
-    if not os.path.exists(os.path.join(folder, "leaf.pem")):
+    verified with), once `enable` has turned them on (or from `leaf`); else None."""
+    leaf = leaf or os.path.join(folder, "leaf.pem")
+    if not os.path.exists(leaf):
         return None
     serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    serving.load_cert_chain(os.path.join(folder, "leaf.pem"), os.path.join(folder, "leaf.key"))
+    serving.load_cert_chain(leaf, os.path.join(folder, "leaf.key"))
     serving.set_alpn_protocols(["http/1.1"])
     upstream = ssl.create_default_context(cafile=os.path.join(folder, "upstream.pem"))
     upstream.set_alpn_protocols(["http/1.1"])
@@ -392,11 +407,13 @@ def origin_request(head: bytes, host: str) -> tuple[str, str, bytes, bool]:
     return method, path, upstream.encode("latin-1"), close
 
 
-def response_head(head: bytes, method: str, immutable: bool) -> tuple[bytes, bool]:
-    """An answer's head as the client gets it, and whether its end is framed (a length,
-    chunks, or no body), so that the client's connection can carry another request. Hop-by-hop
-    headers are dropped; `immutable` (a 200 for a path under the host's prefix) restores
-    CACHE_CONTROL where the answer has no Cache-Control at all (one it has is kept)."""
+def response_head(head: bytes, method: str, immutable: bool) -> tuple[bytes, int | None]:
+    """An answer's head as the client gets it, and the length of its body when it is framed
+    by one (0 for HEAD, 204 and 304), so that the client's connection can carry another
+    request; None when it is not (chunks, or until the end), and then the connection ends
+    after it. Hop-by-hop headers are dropped; `immutable` (a 200 for one of the host's files)
+    restores CACHE_CONTROL where the answer has no Cache-Control at all (one it has is
+    kept)."""
     lines = head[:-4].split(b"\r\n")
     status = lines[0].split(b" ")
     if len(status) < 2 or status[0] not in (b"HTTP/1.0", b"HTTP/1.1") or \
@@ -406,23 +423,34 @@ def response_head(head: bytes, method: str, immutable: bool) -> tuple[bytes, boo
     kept = [h for h in lines[1:] if not h.lower().startswith(
         (b"connection:", b"keep-alive:", b"proxy-"))]
     names = [h.split(b":", 1)[0].strip().lower() for h in kept]
-    chunked = any(h.lower().replace(b" ", b"") == b"transfer-encoding:chunked" for h in kept)
-    framed = method == "HEAD" or code in (204, 304) or (code >= 200 and (
-        chunked or names.count(b"content-length") == 1))
+    lengths = [h.split(b":", 1)[1].strip() for h in kept
+               if h.split(b":", 1)[0].strip().lower() == b"content-length"]
+    length: int | None = None
+    if method == "HEAD" or code in (204, 304):
+        length = 0
+    elif code >= 200 and b"transfer-encoding" not in names and len(lengths) == 1 and \
+            re.fullmatch(rb"[0-9]{1,15}", lengths[0]):
+        length = int(lengths[0])
     if immutable and code == 200 and b"cache-control" not in names:
         kept.append(CACHE_CONTROL)
-    if not framed:
+    if length is None:
         kept.append(b"Connection: close")
-    return b"\r\n".join([lines[0], *kept, b"", b""]), framed
+    return b"\r\n".join([lines[0], *kept, b"", b""]), length
 
 
-_CONTEXTS: list[tuple[ssl.SSLContext, ssl.SSLContext]] = []
+_CONTEXTS: list[tuple[ssl.SSLContext, ssl.SSLContext] | None] = []
 
 
 def contexts() -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
-    """`_contexts`, read once they exist."""
+    """`_contexts`, read once they exist; None, said once, if they will not load (the
+    immutable hosts are tunnelled then)."""
     if not _CONTEXTS and sys.version_info >= (3, 11):
-        made = _contexts()
+        try:
+            made = _contexts()
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            log(f"tunnelling every host: the authority will not load ({exc})")
+            made = None
+            _CONTEXTS.append(None)
         if made is not None:
             _CONTEXTS.append(made)
     return _CONTEXTS[0] if _CONTEXTS else None
@@ -434,8 +462,13 @@ async def intercept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     """A CONNECT to an immutable host, answered over TLS by this proxy: each request is sent
     on to the host (`exchange`) until the client or an unframed answer ends the connection."""
     serving, upstream = made
-    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     down, answered = [0], 0
+    if len(getattr(reader, "_buffer", b"")):  # sent before the answer: not inside the TLS
+        log(f"refused CONNECT {host}:443: bytes came before its answer")
+        refuse(writer, "bytes came before the CONNECT's answer")
+        writer.close()
+        return
+    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     try:
         await writer.drain()
         await asyncio.wait_for(writer.start_tls(serving), HEAD_TIMEOUT)
@@ -487,7 +520,8 @@ async def exchange(writer: asyncio.StreamWriter, to: tuple[str, str, int],
         up_writer.write(head)
         answer = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         down[0] += len(answer)
-        rewritten, framed = response_head(answer, method, path.startswith(IMMUTABLE[host]))
+        rewritten, length = response_head(answer, method,
+                                          bool(IMMUTABLE[host].fullmatch(path)))
     except (Refused, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
             asyncio.TimeoutError) as exc:
         log(f"refused {method} https://{host}{path[:80]}: {exc or 'no answer in time'}")
@@ -496,10 +530,31 @@ async def exchange(writer: asyncio.StreamWriter, to: tuple[str, str, int],
         up_writer.close()
         return False
     writer.write(rewritten)
-    await pipe(up_reader, writer, activity, down, close=False)
+    if length is None:
+        await pipe(up_reader, writer, activity, down, close=False)
+    whole = length is not None and await copy_exactly(up_reader, writer, length, activity, down)
     with contextlib.suppress(OSError):
         up_writer.close()
-    return framed
+    return whole
+
+
+async def copy_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int,
+                       activity: Activity, down: list[int]) -> bool:
+    """`length` bytes, no more: whether they all came within IDLE_TIMEOUT of each other (what
+    the host sends beyond them is never read)."""
+    try:
+        while length > 0:
+            data = await asyncio.wait_for(reader.read(min(length, 1 << 16)), IDLE_TIMEOUT)
+            if not data:
+                return False
+            activity.touch()
+            length -= len(data)
+            down[0] += len(data)
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError, asyncio.TimeoutError):
+        return False
+    return True
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -515,10 +570,11 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     try:
         method, host, port, rest = parse(head)
         address = await resolve(host, port, allowed)
-        made = contexts() if method == "CONNECT" and host in IMMUTABLE else None
+        name = host.lower().rstrip(".")
+        made = contexts() if method == "CONNECT" and name in IMMUTABLE else None
         if made is not None:
-            log(f"allowed {method} {host}:{port}, answered here")
-            await intercept(reader, writer, host, address, activity, made)
+            log(f"allowed {method} {name}:{port}, answered here")
+            await intercept(reader, writer, name, address, activity, made)
             return
         try:
             up_reader, up_writer = await asyncio.wait_for(
@@ -648,7 +704,7 @@ def make_authority(hosts: list[str]) -> None:
     bundle = sys.stdin.buffer.read(int(size))
     try:
         certificate = authority(hosts, bundle)
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
         said = getattr(exc, "stderr", b"") or b""
         sys.exit(f"--authority: {exc} {said.decode(errors='replace')[-300:]}")
     sys.stdout.buffer.write(certificate)
@@ -656,6 +712,8 @@ def make_authority(hosts: list[str]) -> None:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--authority"]:
     make_authority(sys.argv[2:])
+elif __name__ == "__main__" and sys.argv[1:] == ["--enable"]:
+    enable()
 elif __name__ == "__main__":
     extra, hosts = host_addresses(sys.argv[2:])
     EXTRA_BLOCKED.update(extra | own_addresses())

@@ -47,10 +47,11 @@ REGISTRIES = (
     "crates.io", "index.crates.io", "static.crates.io",  # the Rust crate registry
     "deb.debian.org", "security.debian.org",  # Debian
 )
-# Registries whose files are named by their content, under a path prefix: setup's egress proxy
-# restores the Cache-Control they send (which a TLS-intercepting network can strip), so that
-# the package cache keeps them (`sandbox/egress.py`).
-IMMUTABLE = {"files.pythonhosted.org": "/packages/"}
+# Registries whose files are named by their content, and the paths of those files: setup's
+# egress proxy restores the Cache-Control they send (which a TLS-intercepting network can
+# strip), so that the package cache keeps them (`sandbox/egress.py`).
+IMMUTABLE = {"files.pythonhosted.org":
+             r"/packages/[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{60}/[A-Za-z0-9][A-Za-z0-9._+!-]*"}
 SETUP_NETWORKS = ("registries", "full", "none")
 SETUP_DISK = 4 * 1024**3
 KEEP_ENVIRONMENTS = 3

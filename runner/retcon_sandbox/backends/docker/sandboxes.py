@@ -452,7 +452,7 @@ class DockerSandboxes:
                     command=["-I", "-S", "-c", keeper_source(), str(LEASE_S), str(lifetime),
                              "/usr/bin/python3", "-I", "-S", "-c", egress_source(),
                              str(PROXY_PORT), *registries, *(f"--allow={a}" for a in allowed),
-                             *(f"--immutable={h}{IMMUTABLE[h]}" for h in immutable),
+                             *(f"--immutable={h}:{IMMUTABLE[h]}" for h in immutable),
                              *(f"--block={a}" for a in engine.host_addresses())],
                     stdin_open=True, detach=False, auto_remove=True,
                     user=f"{UID}:{GID}", network=outside, cap_drop=["ALL"],
@@ -478,18 +478,20 @@ class DockerSandboxes:
     def _authority(self, proxy: str, hosts: list[str], bundle: bytes) -> bytes:
         """The proxy's CA for `hosts`, made in its container by `egress.py --authority` from
         the host's bundle (sent on stdin, to verify the hosts with): its certificate, one PEM
-        block and nothing else. b"" when it cannot be made, with `authority_failed` saying
-        why: the proxy then tunnels those hosts as it does any other."""
+        block and nothing else. Only once it is taken is the proxy told to use it
+        (`--enable`): setup is never answered with a CA it lacks. b"" when it cannot be made,
+        with `authority_failed` saying why: the proxy then tunnels those hosts as it does any
+        other (and so it does, with the CA taken, if `--enable` fails)."""
+        argv = ["/usr/bin/python3", "-I", "-S", "-c", egress_source()]
         try:
-            exec_id, sock = self.engine.exec_open(
-                proxy, ["/usr/bin/python3", "-I", "-S", "-c", egress_source(), "--authority",
-                        *hosts], user=f"{UID}:{GID}", stdin=True)
+            exec_id, sock = self.engine.exec_open(proxy, [*argv, "--authority", *hosts],
+                                                  user=f"{UID}:{GID}", stdin=True)
             stream = ExecStream(sock)
             stream.deadline = time.monotonic() + deadlines.stretched(AUTHORITY_S)
             out, err = bytearray(), bytearray()
             try:
                 stream.send(f"{len(bundle)}\n".encode() + bundle)
-                while (frame := stream.frame()) is not None and len(out) < 1 << 16:
+                while (frame := stream.frame()) is not None and len(out) + len(err) < 1 << 16:
                     (out if frame[0] == 1 else err).extend(frame[1][: 1 << 16])
             finally:
                 stream.close()
@@ -500,6 +502,12 @@ class DockerSandboxes:
         if code != 0 or not _ONE_CERTIFICATE.fullmatch(bytes(out)):
             self.authority_failed = (f"exit {code}: " + err.decode(errors="replace").strip())[-300:]
             return b""
+        try:
+            enabled, said = self.engine.exec_run(proxy, [*argv, "--enable"], f"{UID}:{GID}")
+        except EngineError as exc:
+            enabled, said = -1, str(exc).encode()
+        if enabled != 0:
+            self.authority_failed = f"--enable exited {enabled}: {said.decode(errors='replace')}"
         return bytes(out).strip() + b"\n"
 
     def _start_helper(self, container_id: str, image: str | None = None,
