@@ -505,51 +505,49 @@ async def exchange(writer: asyncio.StreamWriter, to: tuple[str, str, int],
     another request."""
     host, address, port = to
     method, path, head = request
+    up_writer = None
     try:
         up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
             address, port, ssl=upstream, server_hostname=host, limit=HEAD_LIMIT),
             CONNECT_TIMEOUT)
-    except (OSError, asyncio.TimeoutError) as exc:
-        log(f"refused {method} https://{host}{path[:80]}: {host} did not answer over TLS "
-            f"({exc or 'timeout'})")
-        refuse(writer, f"{host} did not answer over TLS ({exc or 'timeout'})",
-               "502 Bad Gateway")
-        await writer.drain()
-        return False
-    try:
         up_writer.write(head)
         answer = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         down[0] += len(answer)
         rewritten, length = response_head(answer, method,
                                           bool(IMMUTABLE[host].fullmatch(path)))
     except (Refused, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-            asyncio.TimeoutError) as exc:
+            asyncio.TimeoutError) as exc:  # ssl.SSLError (a certificate refused) is an OSError
         log(f"refused {method} https://{host}{path[:80]}: {exc or 'no answer in time'}")
         refuse(writer, f"{host} gave no answer ({exc or 'timeout'})", "502 Bad Gateway")
         await writer.drain()
-        up_writer.close()
+        if up_writer is not None:
+            up_writer.close()
         return False
     writer.write(rewritten)
     if length is None:
         await pipe(up_reader, writer, activity, down, close=False)
-    whole = length is not None and await copy_exactly(up_reader, writer, length, activity, down)
+        whole = False
+    else:
+        whole = await copy_exactly(up_reader, writer, length, activity, down)
     with contextlib.suppress(OSError):
         up_writer.close()
     return whole
 
 
 async def copy_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int,
-                       activity: Activity, down: list[int]) -> bool:
+                       activity: Activity | None = None, down: list[int] | None = None) -> bool:
     """`length` bytes, no more: whether they all came within IDLE_TIMEOUT of each other (what
-    the host sends beyond them is never read)."""
+    is sent beyond them is never read). `down[0]` adds them up."""
     try:
         while length > 0:
             data = await asyncio.wait_for(reader.read(min(length, 1 << 16)), IDLE_TIMEOUT)
             if not data:
                 return False
-            activity.touch()
+            if activity is not None:
+                activity.touch()
             length -= len(data)
-            down[0] += len(data)
+            if down is not None:
+                down[0] += len(data)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError, asyncio.TimeoutError):
@@ -612,21 +610,11 @@ async def one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     both connections close. Bytes pipelined after the request are never forwarded."""
     match = re.search(rb"\r\ncontent-length:\s*([0-9]+)", head, re.IGNORECASE)
     length = int(match.group(1)) if match else 0
-    try:
-        if length > BODY_LIMIT:
-            raise ConnectionError("request body over the limit")
+    within = length <= BODY_LIMIT
+    if within:
         up_writer.write(head)
-        while length > 0:
-            data = await asyncio.wait_for(reader.read(min(length, 1 << 16)), IDLE_TIMEOUT)
-            if not data:
-                raise ConnectionError("the client closed before its body ended")
-            length -= len(data)
-            if activity is not None:
-                activity.touch()
-            up_writer.write(data)
-            await up_writer.drain()
-    except (ConnectionError, OSError, asyncio.TimeoutError):
-        for each in (up_writer, writer):
+    if not within or not await copy_exactly(reader, up_writer, length, activity):
+        for each in (up_writer, writer):  # over the limit, or the client's body fell short
             with contextlib.suppress(OSError):
                 each.close()
         return
