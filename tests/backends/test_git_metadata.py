@@ -11,6 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from retcon_sandbox.repo.gitrepo import Repo
 
 supervisor = importlib.import_module("retcon_sandbox.sandbox.supervisor")
@@ -21,13 +23,20 @@ GITLINK = "1" * 40
 def tree_of(repo: Repo, files: dict[str, str], links: dict[str, str],
             executable: tuple[str, ...] = ()) -> str:
     """A tree holding `files` (bytes as given: no filter), symlinks `links` (name -> target),
-    a submodule at vendor/lib, and the modes asked for: written through plumbing."""
-    records = [f"160000 {GITLINK}\tvendor/lib\0"]
+    a submodule at vendor/lib, and the modes asked for: written through plumbing (git's own,
+    which knows either object format)."""
+    def blob(data: str) -> str:
+        return subprocess.run(["git", "-C", str(repo.root), "hash-object", "-w", "--no-filters",
+                               "--stdin"], input=data.encode(), check=True,
+                              capture_output=True).stdout.decode().strip()
+
+    empty = blob("")
+    records = [f"160000 {GITLINK if len(empty) == 40 else '1' * 64}\tvendor/lib\0"]
     for name, text in files.items():
         mode = "100755" if name in executable else "100644"
-        records.append(f"{mode} {repo.write_blob(text.encode())}\t{name}\0")
+        records.append(f"{mode} {blob(text)}\t{name}\0")
     for name, target in links.items():
-        records.append(f"120000 {repo.write_blob(target.encode())}\t{name}\0")
+        records.append(f"120000 {blob(target)}\t{name}\0")
     index = repo.root / ".git" / "test-index"
     index.unlink(missing_ok=True)
     env = {**os.environ, "GIT_INDEX_FILE": str(index)}
@@ -44,10 +53,12 @@ def fill(workspace: Path, repo: Repo, tree: str) -> None:
         if entry.mode == "160000":
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
+        data = subprocess.run(["git", "-C", str(repo.root), "cat-file", "blob", entry.sha],
+                              check=True, capture_output=True).stdout
         if entry.mode == "120000":
-            target.symlink_to(repo.blob(entry.sha).decode())
+            target.symlink_to(data.decode())
         else:
-            target.write_bytes(repo.blob(entry.sha))
+            target.write_bytes(data)
             target.chmod(0o775 if entry.mode == "100755" else 0o664)
 
 
@@ -127,3 +138,55 @@ def test_a_file_changed_since_the_tree_was_loaded_shows_as_modified(tmp_path: Pa
     seen = state(workspace)
     assert seen["head"].split()[1] == tree
     assert seen["status"].splitlines() == [" D README.md", " M src/app.py", "?? dangling"]
+
+
+def fsck(workspace: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(workspace), "fsck", "--full", "--strict"],
+                          capture_output=True, text=True)
+
+
+LARGE = "".join(f"line {n} of a file larger than a block\n" for n in range(60_000))  # 2.3 MB
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+def test_the_blobs_are_packed_and_git_verifies_every_one(tmp_path: Path,
+                                                         object_format: str) -> None:
+    """The tree's blobs go in a pack with its index, not loose (each file costs on
+    fuse-overlayfs): git's own fsck finds the pack sound, and each blob has the file's bytes."""
+    subprocess.run(["git", "init", "-q", f"--object-format={object_format}",
+                    str(tmp_path / "repo")], check=True)
+    repo = Repo(tmp_path / "repo")
+    files = {**BASE, "big.txt": LARGE, "copy.md": BASE["README.md"], "empty": ""}
+    tree = tree_of(repo, files, {"link": "src/app.py"}, executable=("run.sh",))
+    workspace = tmp_path / "workspace"
+    fill(workspace, repo, tree)
+    assert supervisor.make_git(str(workspace), "v2", 3, repo.tree_index(tree)) == 0
+    checked = fsck(workspace)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert state(workspace)["status"] == ""
+    for name, text in {**files, "link": "src/app.py"}.items():
+        shown = subprocess.run(["git", "-C", str(workspace), "cat-file", "blob",
+                                f"HEAD:{name}"], check=True, capture_output=True).stdout
+        assert shown == text.encode(), name
+    objects = workspace / ".git" / "objects"
+    loose = {p.parent.name + p.name for p in objects.glob("[0-9a-f][0-9a-f]/*")}
+    blobs = {e.sha for e in repo.ls_tree(tree).values() if e.mode != "160000"}
+    assert blobs and not blobs & loose
+    assert len(list((objects / "pack").glob("pack-*.idx"))) >= 1
+
+
+def test_a_pack_past_its_limit_is_followed_by_another(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past PACK_LIMIT bytes (2 GiB, where an index's 4-byte offsets end) the next blob starts
+    a pack of its own: here a limit of one byte, so one pack per blob, each sound."""
+    monkeypatch.setattr(supervisor, "PACK_LIMIT", 1)
+    repo = repository(tmp_path)
+    tree = tree_of(repo, BASE, {"link": "src/app.py"})
+    workspace = tmp_path / "workspace"
+    fill(workspace, repo, tree)
+    assert supervisor.make_git(str(workspace), None, 0, repo.tree_index(tree)) == 0
+    checked = fsck(workspace)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    packs = list((workspace / ".git" / "objects" / "pack").glob("pack-*.idx"))
+    assert len(packs) == len(BASE) + 1  # the files and the symlink, one blob each
+    assert state(workspace)["status"] == ""
