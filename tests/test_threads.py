@@ -59,3 +59,45 @@ def test_threads_a_library_starts_in_quiet_block_the_stop_signals_too() -> None:
     thread.join(10)
     assert seen and seen[0] >= threads.STOPS
     assert not threads.STOPS & blocked_here()
+
+
+def test_later_gives_its_result_or_raises_its_error_in_the_caller() -> None:
+    """Work begun ahead (the model's check): its answer, or its error, where it is taken, from
+    a thread that blocked the stop signals; asked again, the same."""
+    gate = threading.Event()
+
+    def answer() -> set[int]:
+        gate.wait(10)
+        return blocked_here()
+
+    result = threads.later(answer, "test-later")
+    gate.set()
+    assert result() >= threads.STOPS and result() >= threads.STOPS
+
+    def fail() -> int:
+        raise ValueError("refused")
+
+    failing = threads.later(fail, "test-later")
+    for _ in range(2):
+        try:
+            failing()
+        except ValueError as exc:
+            assert str(exc) == "refused"
+        else:
+            raise AssertionError("no error raised")
+
+
+def test_held_events_follow_the_run_s_own_and_then_pass_through() -> None:
+    from retcon_sandbox.reconstruct.context import Buffered, Held
+
+    run = Buffered("r")
+    held = Held(run)
+    held.emit("phase_start", phase="model")
+    run.emit("spec")
+    held.emit("phase_end", phase="model")
+    assert [e for e, _ in run.events] == ["spec"]
+    held.release()
+    held.emit("model_retry", message="again")
+    assert run.events == [("spec", {}), ("phase_start", {"phase": "model"}),
+                          ("phase_end", {"phase": "model"}), ("model_retry", {"message": "again"})]
+    assert held.run_id == "r"

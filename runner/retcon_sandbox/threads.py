@@ -20,6 +20,9 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
 
 STOPS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
@@ -41,6 +44,29 @@ def start(target: Callable[[], None], name: str) -> threading.Thread:
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def later(target: Callable[[], T], name: str) -> Callable[[], T]:
+    """`target()`, begun now in a thread of `start`'s; the callable returned waits for it, then
+    gives what it returned or raises what it raised (each time it is called)."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(target())
+        except BaseException as exc:  # raised again in the caller's thread
+            failed.append(exc)
+
+    thread = start(run, name)
+
+    def result() -> T:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return done[0]
+
+    return result
 
 
 def pool(workers: int, name: str) -> ThreadPoolExecutor:

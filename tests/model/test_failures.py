@@ -18,7 +18,8 @@ import pytest
 from retcon_sandbox import __version__, errors
 from retcon_sandbox import cli as cli_module
 from retcon_sandbox.commands import status as status_command
-from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, backoff
+from retcon_sandbox.model.llm import OpenAIChat, backoff
+from retcon_sandbox.model.settings import ModelSettings
 from tests.conftest import CLI, NEUTRAL, Demo, cli, git, llm_env, make_demo
 from tests.fake_openai import (
     BROKEN_JSON,
@@ -92,12 +93,34 @@ def test_an_unusable_model_is_an_error_before_anything_is_written(
     assert error["event"] == "error" and error["kind"] == "model" and error["exit_code"] == 1
     assert url in error["message"] and "fake-model" in error["message"] and error["hint"]
     assert {"time", "run"} <= set(error)
-    timed = [e for e in events(result.out) if e["event"] in ("phase_start", "phase_end")]
+    seen = events(result.out)
+    timed = [e for e in seen if e["event"] in ("phase_start", "phase_end")]
     assert [(e["event"], e["phase"]) for e in timed] == [("phase_start", "model"),
                                                          ("phase_end", "model")]  # the preflight
-    kinds = [e["event"] for e in events(result.out) if e not in timed]
+    kinds = [e["event"] for e in seen if e not in timed]
     retried = name in ("refused", "timeout", "proxy error page")
-    assert kinds == ["model_retry"] * retried + ["error"]  # stopped before `spec`
+    # checked while the first sandbox opened: the model's events come when the run takes its
+    # answer, before anything is written (no branch, no entry), and end with the error
+    assert kinds == ["spec", "preflight"] + ["model_retry"] * retried + ["error"]
+    assert seen.index(timed[0]) > [e["event"] for e in seen].index("preflight")
+    untouched(demo, before)
+
+
+def test_with_a_setup_the_model_is_checked_before_any_sandbox_opens(tmp_path: Path) -> None:
+    """The model is checked while the first sandbox opens, unless a setup must run first: that
+    can take minutes, and a refused key says so at once, before the preflight begins. (`--sandbox
+    local` runs no setup: it would say so when its sandbox opens.)"""
+    demo = make_demo(tmp_path / "repo", with_paths=False)
+    demo.spec.write_text(demo.spec.read_text().replace("[sandbox]", '[sandbox]\nsetup = "true"'))
+    before = demo.spec.read_bytes()
+    with FakeOpenAI([], preflight=Fault(401, "Incorrect API key provided")) as model:
+        result = cli("execute", str(demo.spec), *LOCAL, "--json",
+                     env={**llm_env(model.base_url), **FAST})
+    assert result.code == 1, result.out + result.err
+    assert "refused the API key (HTTP 401" in result.err
+    seen = [(e["event"], e.get("phase")) for e in events(result.out)]
+    assert seen == [("spec", None), ("phase_start", "model"), ("phase_end", "model"),
+                    ("error", None)]  # no `preflight`, no warning that local runs no setup
     untouched(demo, before)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from retcon_sandbox.errors import ModelError
-from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, redact_key
+from retcon_sandbox.model.llm import OpenAIChat, redact_key
+from retcon_sandbox.model.settings import ModelSettings
 from tests.conftest import Demo, cli, make_demo
 from tests.fake_openai import FakeOpenAI, Fault, call
 

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from retcon_sandbox.errors import ModelError
-from retcon_sandbox.model.llm import ModelSettings, OpenAIChat, retry_after
+from retcon_sandbox.model.llm import OpenAIChat, retry_after
+from retcon_sandbox.model.settings import ModelSettings
 from tests.conftest import cli, llm_env, make_demo
 from tests.fake_openai import FakeOpenAI, Fault, Step
 

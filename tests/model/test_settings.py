@@ -3,12 +3,15 @@ command line winning; the endpoint and the key never from a spec."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from retcon_sandbox.errors import ModelError
-from retcon_sandbox.model.llm import ModelSettings, OpenAIChat
+from retcon_sandbox.model.llm import OpenAIChat
+from retcon_sandbox.model.settings import ModelSettings
 from tests.conftest import Demo, cli, make_demo
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.scripts import reconstruction
@@ -140,3 +143,19 @@ def test_max_tokens_on_a_reasoning_model_goes_through(tmp_path: Path) -> None:
     assert result.code == 0, result.out + result.err
     assert model.refused == ["max_tokens"]
     assert sent and all(b.get("max_completion_tokens") == 4000 for b in sent)
+
+
+def test_the_settings_are_read_without_importing_openai() -> None:
+    """Reading and checking the model's settings leaves openai (about a second of CPU) to the
+    adapter, which `execute` imports in a thread meanwhile; the adapter brings it."""
+    probe = ("import os, sys\n"
+             "os.environ['OPENAI_API_KEY'] = 'k'\n"
+             "from retcon_sandbox.commands import execute\n"
+             "from retcon_sandbox.commands.options import ModelOptions\n"
+             "settings = ModelOptions('m', None, None, None, None, None).settings()\n"
+             "print(settings.model, 'openai' in sys.modules)\n"
+             "from retcon_sandbox.model import llm\n"
+             "print(llm.OpenAIChat.__name__, 'openai' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines() == ["m False", "OpenAIChat True"]

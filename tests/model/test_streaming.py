@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from retcon_sandbox import progress
-from retcon_sandbox.model.llm import ModelSettings, OpenAIChat
+from retcon_sandbox.model.llm import OpenAIChat
+from retcon_sandbox.model.settings import ModelSettings
 from tests.fake_openai import FakeOpenAI, call
 from tests.test_progress import Collector
 

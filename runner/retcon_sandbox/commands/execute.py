@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retcon_sandbox import outfile
 from retcon_sandbox.backends import hostaccess
@@ -30,9 +32,11 @@ from retcon_sandbox.commands.options import (
     sandbox_settings,
 )
 from retcon_sandbox.errors import EXIT_ERROR, RetconError
+from retcon_sandbox.model.settings import ModelSettings
+from retcon_sandbox.model.settings import prefetch as prefetch_model
 from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.reconstruct import driver
-from retcon_sandbox.reconstruct.context import Run, RunOptions
+from retcon_sandbox.reconstruct.context import Held, Run, RunOptions
 from retcon_sandbox.reconstruct.steps.commit import blocked_error
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo
@@ -45,9 +49,13 @@ from retcon_sandbox.summary.facts import for_spec
 from retcon_sandbox.summary.markdown import run_summary
 from retcon_sandbox.summary.runlog import RunLog
 from retcon_sandbox.text import sanitize
+from retcon_sandbox.threads import later
 from retcon_sandbox.verify.cache import Cache
 from retcon_sandbox.verify.pool import default_jobs
 from retcon_sandbox.verify.stages import Commands, Verifier
+
+if TYPE_CHECKING:  # openai loads only when a model is named, in the model's thread
+    from retcon_sandbox.model.agent import Agent
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,8 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
                                           list(options.setup_allow_address))
     specfile = SpecFile(options.spec)
     spec = specfile.load()
+    if options.model or os.environ.get("RETCON_SANDBOX_MODEL") or spec.model.name:
+        prefetch_model()  # while the spec, the repository and the engine are checked
     repo = find_repo(options.repo, specfile.real)
     state_dir = StateDir(repo.common_dir())
     with specfile.locked(state_dir.lock_path(specfile.real)), \
@@ -159,21 +169,22 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
                                spec.sandbox.image if options.image is None else None, repo,
                                options.engine)
         transcript = state_dir.transcript_path(specfile.real)
-        agent = make_agent(model, transcript, reporter)
+        agent = model_ahead(model, transcript, reporter)
         reporter.emit("spec", path=str(options.spec), source=spec.source, remote=spec.remote,
                       cleaned=spec.cleaned, sandbox=backend.describe(),
                       engine=engine_in_use(options.sandbox, options.engine),
-                      transcript=str(transcript) if agent else None)
+                      transcript=str(transcript) if model else None)
         envs = Environments(repo, backend, settings, access.setup, reporter, revs.source,
                             fresh=options.no_cache)
         cache = Cache(repo, read=not options.no_cache, trust=options.trust_notes)
         cache.check()
         environment = backend.environment() + envs.describe()
         verifier, final = verifiers(settings, options.skip, reporter, cache, environment, envs)
-        ctx = Run(specfile, spec, repo, backend, verifier, agent, reporter,
+        ctx = Run(specfile, spec, repo, backend, verifier, None, reporter,
                   run_options(options), settings, envs,
                   ask=ask_note if interactive else None,
-                  source=revs.source, base=revs.base, final=final, state=state_dir)
+                  source=revs.source, base=revs.base, final=final, state=state_dir,
+                  pending_agent=agent)
         started.append(ctx)
         try:
             result = driver.run(ctx)
@@ -183,12 +194,32 @@ def _execute(options: ExecuteOptions, reporter: Reporter) -> int:
             raise
         finally:
             envs.settle()  # what setups left to close, behind the run's back
-            if agent is not None:
-                agent.transcript.close()
+            if ctx.agent is not None:
+                ctx.agent.transcript.close()
             if verifier.cache is not None and verifier.cache.problem:
                 reporter.emit("warning", message="build and test results were not cached: "
                               + verifier.cache.problem)
     return result.exit_code
+
+
+def model_ahead(model: ModelSettings | None, transcript: Path, reporter: Reporter
+                ) -> Callable[[], Agent | None]:
+    """The model, made and checked by one request (`make_agent`: about a second to import
+    openai, then the endpoint's answer) in a thread, while the run's other checks go on and its
+    first sandbox opens. The callable returned waits for it (`Run.model_ready`: the driver asks
+    before anything is written) and only then shows its events."""
+    if model is None:
+        return lambda: None
+    held = Held(reporter)
+    pending = later(lambda: make_agent(model, transcript, held), "retcon-model")
+
+    def ready() -> Agent | None:
+        try:
+            return pending()
+        finally:
+            held.release()
+
+    return ready
 
 
 @contextlib.contextmanager

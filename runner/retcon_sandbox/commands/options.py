@@ -22,6 +22,7 @@ from retcon_sandbox.errors import (
     UsageError,
     env_number,
 )
+from retcon_sandbox.model.settings import ModelSettings
 from retcon_sandbox.pipeline import Pipeline
 from retcon_sandbox.repo.gitrepo import Repo
 from retcon_sandbox.report import Reporter, verbosity
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from retcon_sandbox.backends.docker.endpoints import Endpoint
 if TYPE_CHECKING:  # the model's modules (and openai, slow to import) load only when one is named
     from retcon_sandbox.model.agent import Agent
-    from retcon_sandbox.model.llm import ModelSettings
 
 
 def find_repo(explicit: Path | None, spec_real: Path | None) -> Repo:
@@ -110,8 +110,6 @@ class ModelOptions:
         timeout = self.timeout or env_number("RETCON_SANDBOX_MODEL_TIMEOUT", 120,
                                              maximum=MAX_MODEL_SECONDS)
         deadline = env_number("RETCON_SANDBOX_MODEL_DEADLINE", 600, maximum=MAX_MODEL_SECONDS)
-        from retcon_sandbox.model.llm import ModelSettings
-
         return ModelSettings(model, base_url, api_key, attempts=attempts, max_wait=max_wait,
                              timeout=timeout, deadline=deadline,
                              temperature=_first(self.temperature, table.temperature),

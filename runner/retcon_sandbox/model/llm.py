@@ -29,6 +29,7 @@ from openai.types.chat import ChatCompletion
 
 from retcon_sandbox import progress
 from retcon_sandbox.errors import ModelError
+from retcon_sandbox.model.settings import ModelSettings
 from retcon_sandbox.text import encodable, plain_number
 
 RETRYABLE = (
@@ -42,7 +43,6 @@ PREFLIGHT = "retcon-sandbox preflight: reply with the word OK."
 PREFLIGHT_TOOLS = [{"type": "function", "function": {
     "name": "ready", "description": "Say that you are ready (optional).",
     "parameters": {"type": "object", "properties": {}}}}]
-DEFAULT_URL = "https://api.openai.com/v1"
 # The reply-length parameter's two names, each to the other: Chat Completions' older
 # `max_tokens`, which OpenAI's reasoning models refuse, and its successor, which some
 # OpenAI-compatible servers do not know yet.
@@ -82,26 +82,6 @@ class ChatModel(Protocol):
     name: str
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply: ...
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    model: str
-    base_url: str | None
-    api_key: str | None
-    attempts: int = 6
-    max_wait: float = 20.0
-    timeout: float = 120.0
-    deadline: float = 600.0
-    temperature: float | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
-    tokens_name: str = "max_tokens"  # the reply-length parameter's name tried first
-    stream: bool = True  # ask for the answer as it is made (its tokens, for the progress lines)
-
-    @property
-    def endpoint(self) -> str:
-        return self.base_url or DEFAULT_URL
 
 
 Notice = Callable[[str], None]

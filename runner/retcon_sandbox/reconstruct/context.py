@@ -80,6 +80,32 @@ class Buffered:
             to.emit(event, **data)
 
 
+class Held:
+    """A reporter for work begun ahead in a thread (the model's check, see
+    `commands.execute.model_ahead`): its events wait, and go to `to` in their order when the
+    run takes the work's result (`release`), after the events the run made meanwhile; from then
+    on it is `to`. A run that ends before taking it never shows them: its last event stays its
+    own."""
+
+    def __init__(self, to: Reporter) -> None:
+        self.to = to
+        self.run_id = to.run_id
+        self._held: list[tuple[str, dict[str, Any]]] | None = []
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, **data: Any) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append((event, data))
+                return
+        self.to.emit(event, **data)
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+        Buffered.replay(held, self.to)
+
+
 @dataclass
 class Speculation:
     """Commit `number` begun ahead, on the tree `base_tree` (the previous commit's, as it was
@@ -120,9 +146,19 @@ class Run:
     appended: list[tuple[int, Entry]] = field(default_factory=list)  # this run's, in order
     base_checked: bool = False  # this run built and tested the base (steps/basecheck.py)
     handover: Warming | None = None  # the preflight's sandbox, for the first commit to take
+    pending_agent: Callable[[], Agent | None] | None = None  # `agent`, being made: model_ready
     _source_entries: dict[str, TreeEntry] | None = None
     _base_entries: dict[str, TreeEntry] | None = None
     _entries_at: dict[str, dict[str, TreeEntry]] = field(default_factory=dict)
+
+    def model_ready(self) -> None:
+        """`agent`, once the thread making it is done: its adapter made and checked by one
+        request (`commands.options.make_agent`) while the run's checks went on and its first
+        sandbox opened. Raises what that check raised. The driver asks before anything is
+        written, and before a setup, which can take minutes, runs."""
+        pending, self.pending_agent = self.pending_agent, None
+        if pending is not None:
+            self.agent = pending()
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ def run(ctx: Run) -> Result:
         ctx.report.emit("reaped", count=reaped)
     try:
         preflight(ctx)
+        ctx.model_ready()
         prepare_branch(ctx)
         for commit in ctx.spec.commits:
             process(ctx, commit.number)
@@ -78,6 +79,8 @@ def preflight(ctx: Run) -> None:
         return
     if not ctx.settings.setup and not ctx.verifier.runs_anything:
         return
+    if ctx.settings.setup:
+        ctx.model_ready()  # a model that cannot be used stops the run before setup's minutes
     tip = ctx.repo.branch_sha(ctx.spec.cleaned) or ctx.base
     tree = ctx.repo.tree_of(tip)
     stamp = runnable_stamp(ctx, tree)
@@ -91,6 +94,7 @@ def preflight(ctx: Run) -> None:
         check_runnable(opened.box, ctx.verifier.commands)
         if ctx.final is not None:
             check_runnable(opened.box, ctx.final.commands)
+        ctx.model_ready()  # checked meanwhile; before the stamp is written
     except BaseException:
         stack.close()
         raise
