@@ -16,10 +16,12 @@ import re
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
 import git
 import git.exc
@@ -72,6 +74,9 @@ class FileChange:
 
 
 _NOTE_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # an object id (SHA-1 or SHA-256)
+_OBJECT_ID = _NOTE_NAME  # git reads a full id as that object, never as a ref of that name
+T = TypeVar("T")
+TREES_KEPT = 200_000  # the most tree entries `ls_tree` keeps from earlier calls (< 100 MB)
 _TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")
 
 
@@ -107,6 +112,14 @@ class Repo:
             self.root = Path(self._repo.working_tree_dir or path)
         self._identity_env: dict[str, str] | None = None
         self._object_format: str | None = None
+        self._common_dir: Path | None = None
+        # What git answered about an object id: an object is named by its content, so the
+        # answer stays true, and one command need not ask twice. Never a ref's value: a ref
+        # moves, and is read again each time it is asked for.
+        self._known: dict[tuple[str, str], object] = {}
+        self._trees: OrderedDict[str, dict[str, TreeEntry]] = OrderedDict()
+        self._trees_lock = threading.Lock()  # `verify -j` reads trees from several threads
+        self._sizes: dict[str, int] = {}  # blob -> its size, as `blob_sizes` found it
         # GitPython's own long-running `cat-file --batch` (blobs read for the tar stream) gets
         # the same large-file threshold, so a blob over it streams rather than being inflated
         # whole, and a small pack window, so reading a large repository does not map it all.
@@ -144,8 +157,8 @@ class Repo:
 
     def resolve(self, rev: str) -> str:
         try:
-            return self._git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                             f"{rev}^{{commit}}")
+            return self._of_object("commit", rev, lambda: self._git(
+                "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"))
         except GitError:
             raise GitError(f"unknown revision {rev!r} in the repository {self.root}",
                            f"Check the branch name (`git -C {self.root} branch -a` lists them). "
@@ -193,6 +206,8 @@ class Repo:
         return True
 
     def exists(self, sha: str) -> bool:
+        if ("exists", sha) in self._known:
+            return True
         try:
             self._git("cat-file", "-e", f"{sha}^{{commit}}")
         except GitError:
@@ -200,19 +215,39 @@ class Repo:
         return True
 
     def tree_of(self, commit: str) -> str:
-        return self._git("rev-parse", f"{commit}^{{tree}}")
+        return self._of_object("tree", commit,
+                               lambda: self._git("rev-parse", f"{commit}^{{tree}}"))
 
     def parent_of(self, commit: str) -> str | None:
-        out = self._git("rev-list", "--parents", "-n", "1", commit).split()
-        return out[1] if len(out) > 1 else None
+        def ask() -> str | None:
+            out = self._git("rev-list", "--parents", "-n", "1", commit).split()
+            return out[1] if len(out) > 1 else None
+        return self._of_object("parent", commit, ask)
 
     def message_of(self, commit: str) -> str:
-        return self._git("log", "-1", "--format=%B", commit, strip=False).rstrip("\n")
+        return self._of_object("message", commit, lambda: self._git(
+            "log", "-1", "--format=%B", commit, strip=False).rstrip("\n"))
+
+    def _of_object(self, what: str, rev: str, ask: Callable[[], T]) -> T:
+        """`ask()`, or what it answered before for the same full object id (`_known`); a
+        revision that is not one (a branch, `HEAD~1`) is asked about each time."""
+        if not _OBJECT_ID.fullmatch(rev):
+            return ask()
+        if (what, rev) not in self._known:
+            self._known[(what, rev)] = ask()
+            if what != "tree":  # it names a commit (a tree has a tree too): `exists` is true
+                self._known[("exists", rev)] = rev
+        return cast(T, self._known[(what, rev)])
 
     def common_dir(self) -> Path:
-        """The repository's git directory shared by all its worktrees."""
-        out = self._git("rev-parse", "--path-format=absolute", "--git-common-dir")
-        return Path(out)
+        """The repository's git directory shared by all its worktrees (it never moves while a
+        command runs: asked once, with the object format)."""
+        if self._common_dir is None:
+            out = self._git("rev-parse", "--path-format=absolute", "--git-common-dir",
+                            "--show-object-format").splitlines()
+            self._common_dir = Path(out[0])
+            self._object_format = out[1] if len(out) > 1 and out[1] else "sha1"
+        return self._common_dir
 
     def full_ref(self, rev: str) -> str:
         """The full ref name a revision names (`refs/heads/x`), or "" for a plain commit."""
@@ -302,6 +337,14 @@ class Repo:
         return [p for p in out.split("\0") if p]
 
     def ls_tree(self, tree: str) -> dict[str, TreeEntry]:
+        """Every file of `tree` (or of a commit's tree), by path: a dict of the caller's own.
+        A full object id's entries are kept for the next call (the last few trees, up to
+        TREES_KEPT entries in all): one step reads the same tree several times."""
+        with self._trees_lock:
+            kept = self._trees.get(tree)
+            if kept is not None:
+                self._trees.move_to_end(tree)
+                return dict(kept)
         out = self._git("ls-tree", "-r", "-z", "--full-tree", tree, strip=False)
         entries: dict[str, TreeEntry] = {}
         for record in out.split("\0"):
@@ -310,6 +353,12 @@ class Repo:
             meta, path = record.split("\t", 1)
             mode, _kind, sha = meta.split()
             entries[path] = TreeEntry(mode, sha)
+        if _OBJECT_ID.fullmatch(tree) and len(entries) <= TREES_KEPT:
+            with self._trees_lock:
+                self._trees[tree] = entries
+                while sum(map(len, self._trees.values())) > TREES_KEPT:
+                    self._trees.popitem(last=False)
+            return dict(entries)
         return entries
 
     def tree_index(self, tree: str) -> bytes:
@@ -433,7 +482,8 @@ class Repo:
     def object_format(self) -> str:
         """sha1 or sha256: how this repository names objects."""
         if self._object_format is None:
-            self._object_format = self._git("rev-parse", "--show-object-format") or "sha1"
+            self.common_dir()  # asks for both
+        assert self._object_format is not None
         return self._object_format
 
     def make_tree(self, base_tree: str, changes: list[FileChange]) -> str:
@@ -498,8 +548,11 @@ class Repo:
         """A commit message is UTF-8: a name in it that is not (`latin\\xe9.txt`, listed by
         the remainder's commit) has each such byte written `\\xNN`, as the terminal shows it."""
         text = escape_undecodable(message.rstrip("\n")) + "\n"
-        return self._git("commit-tree", tree, "-p", parent, "-F", "-", stdin=text.encode(),
-                         env=self._identity())
+        sha = self._git("commit-tree", tree, "-p", parent, "-F", "-", stdin=text.encode(),
+                        env=self._identity())
+        if _OBJECT_ID.fullmatch(tree):
+            self._known[("tree", sha)] = tree  # what `tree_of` would answer
+        return sha
 
     def _identity(self) -> dict[str, str]:
         if self._identity_env is None:
@@ -578,16 +631,21 @@ class Repo:
     # -- the tree as a tar stream, built from objects --------------------------------------
 
     def blob_sizes(self, shas: list[str]) -> dict[str, int]:
-        """Object sizes from one `cat-file --batch-check`, before any content is read."""
-        if not shas:
-            return {}
-        out = self._git("cat-file", "--batch-check=%(objectname) %(objectsize)",
-                        stdin=("\n".join(shas) + "\n").encode())
-        sizes = {}
-        for line in out.splitlines():
-            name, _, size = line.partition(" ")
-            if size.isdigit():
-                sizes[name] = int(size)
+        """Object sizes from one `cat-file --batch-check`, before any content is read (or none:
+        a size this command read before is remembered, as it never changes)."""
+        known = self._sizes
+        sizes = {sha: found for sha in shas if (found := known.get(sha)) is not None}
+        asked = [sha for sha in shas if sha not in sizes]
+        if asked:
+            out = self._git("cat-file", "--batch-check=%(objectname) %(objectsize)",
+                            stdin=("\n".join(asked) + "\n").encode())
+            for line in out.splitlines():
+                name, _, size = line.partition(" ")
+                if size.isdigit():
+                    sizes[name] = int(size)
+            if len(known) > TREES_KEPT:
+                known.clear()
+            known.update(sizes)
         return sizes
 
     def tree_tar(self, tree: str, max_file_size: int) -> TarStream:
