@@ -548,11 +548,25 @@ class Repo:
         """A commit message is UTF-8: a name in it that is not (`latin\\xe9.txt`, listed by
         the remainder's commit) has each such byte written `\\xNN`, as the terminal shows it."""
         text = escape_undecodable(message.rstrip("\n")) + "\n"
-        sha = self._git("commit-tree", tree, "-p", parent, "-F", "-", stdin=text.encode(),
-                        env=self._identity())
+        sha = self._commit_object(("commit-tree", tree, "-p", parent, "-F", "-"), text.encode())
         if _OBJECT_ID.fullmatch(tree):
             self._known[("tree", sha)] = tree  # what `tree_of` would answer
         return sha
+
+    def _commit_object(self, args: tuple[str, ...], message: bytes) -> str:
+        """`git commit-tree ARGS` with `message`, as the configured identity, or as
+        retcon-sandbox where none is configured (`_identity`). commit-tree needs the very
+        identity `git var` checks, so it is tried first, and `git var` asked only if it fails:
+        one git call a commit, not three."""
+        if self._identity_env is None:
+            try:
+                sha = self._git(*args, stdin=message)
+            except GitError:
+                pass  # no identity, perhaps: `_identity` says, and the commit is tried again
+            else:
+                self._identity_env = {}
+                return sha
+        return self._git(*args, stdin=message, env=self._identity())
 
     def _identity(self) -> dict[str, str]:
         if self._identity_env is None:
@@ -619,8 +633,8 @@ class Repo:
         changes = [FileChange(p, TreeEntry("100644", self.write_blob(c.encode())) if c is not None
                               else None) for p, c in files.items()]
         tree = self.make_tree(base, changes)
-        args = ["commit-tree", tree, "-F", "-"] + (["-p", parent] if parent else [])
-        sha = self._git(*args, stdin=escape_undecodable(message).encode(), env=self._identity())
+        args = ("commit-tree", tree, "-F", "-", *(("-p", parent) if parent else ()))
+        sha = self._commit_object(args, escape_undecodable(message).encode())
         self.update_branch(branch, sha, parent, "commit")
         return sha
 
@@ -791,8 +805,8 @@ class Repo:
                 self._git("read-tree", old, env=env)
             self._git("update-index", "-z", "--index-info", stdin=b"".join(records), env=env)
             tree = self._git("write-tree", env=env)
-        args = ["commit-tree", tree, "-F", "-"] + (["-p", old] if old else [])
-        new = self._git(*args, stdin=(message + "\n").encode(), env=self._identity())
+        args = ("commit-tree", tree, "-F", "-", *(("-p", old) if old else ()))
+        new = self._commit_object(args, (message + "\n").encode())
         try:
             self._git("update-ref", "--no-deref", "-m", f"retcon-sandbox: {message}", ref, new,
                       old or ZERO)
