@@ -629,10 +629,18 @@ class Repo:
         """Commit `files` (None deletes) on top of `branch` (created if missing): our own content
         only, for the demo and the tests."""
         parent = self.branch_sha(branch)
-        base = self.tree_of(parent) if parent else self._git("mktree", stdin=b"")
-        changes = [FileChange(p, TreeEntry("100644", self.write_blob(c.encode())) if c is not None
-                              else None) for p, c in files.items()]
-        tree = self.make_tree(base, changes)
+        base = self.tree_of(parent) if parent else ""
+        contents = {c for c in files.values() if c is not None}
+        blobs: dict[str, str] = {}
+        if contents:
+            with self.blob_batch() as batch:  # one git process for all the blobs, not one each
+                blobs = {c: batch.write(len(c.encode()), iter([c.encode()])) for c in contents}
+        changes = [FileChange(p, TreeEntry("100644", blobs[c]) if c is not None else None)
+                   for p, c in files.items()]
+        if parent:
+            tree = self.make_tree(base, changes)
+        else:  # a root commit: its tree holds these files alone (each tree id checked)
+            tree = self.tree_from_entries({c.path: c.entry for c in changes if c.entry})
         args = ("commit-tree", tree, "-F", "-", *(("-p", parent) if parent else ()))
         sha = self._commit_object(args, escape_undecodable(message).encode())
         self.update_branch(branch, sha, parent, "commit")
