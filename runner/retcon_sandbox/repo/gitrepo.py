@@ -737,6 +737,25 @@ class Repo:
         except GitError:
             return None
 
+    def ref_state(self, ref: str) -> tuple[str | None, bool]:
+        """`ref_sha` and `ref_exists` of a full ref name, from one git call where it can be:
+        the commit it points at (None: none), and whether it points at any object at all."""
+        try:
+            out: str | None = self._git(
+                "for-each-ref", "--format=%(objecttype) %(objectname) %(refname)",
+                "--end-of-options", ref)
+        except GitError:  # a ref to a missing object, say: asked as ever, to tell which
+            out = None
+        found = [line.split(" ", 2) for line in (out or "").splitlines()]
+        kinds = [(f[0], f[1]) for f in found if len(f) == 3 and f[2] == ref]
+        if out is None or any(kind == "tag" for kind, _ in kinds):  # rev-parse peels a tag
+            commit = self.ref_sha(ref)
+            return commit, commit is not None or self.ref_exists(ref)
+        if not kinds:
+            return None, False
+        kind, sha = kinds[0]
+        return (sha if kind == "commit" else None), True
+
     def ref_exists(self, ref: str) -> bool:
         """Whether a full ref name points at any object at all."""
         try:
