@@ -157,13 +157,16 @@ class Repo:
 
     def resolve(self, rev: str) -> str:
         try:
-            return self._of_object("commit", rev, lambda: self._git(
+            sha = self._of_object("commit", rev, lambda: self._git(
                 "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"))
         except GitError:
             raise GitError(f"unknown revision {rev!r} in the repository {self.root}",
                            f"Check the branch name (`git -C {self.root} branch -a` lists them). "
                            "The repository is the one containing the current directory, else "
                            "the spec's directory; --repo DIR chooses another.") from None
+        self._known.setdefault(("commit", sha), sha)  # a commit's id resolves to itself
+        self._known.setdefault(("exists", sha), sha)
+        return sha
 
     def branch_sha(self, branch: str) -> str | None:
         try:
@@ -235,7 +238,7 @@ class Repo:
             return ask()
         if (what, rev) not in self._known:
             self._known[(what, rev)] = ask()
-            if what != "tree":  # it names a commit (a tree has a tree too): `exists` is true
+            if what in ("commit", "parent", "message"):  # it names a commit: `exists` is true
                 self._known[("exists", rev)] = rev
         return cast(T, self._known[(what, rev)])
 
@@ -767,7 +770,11 @@ class Repo:
     def notes_at(self, notes_commit: str) -> dict[str, str]:
         """The notes of a notes commit: annotated object -> note blob (fan-out paths such as
         `ab/cdef…`, as `git notes` writes them in large trees, are joined). A tree holding
-        anything else is not a notes tree: GitError."""
+        anything else is not a notes tree: GitError. A dict of the caller's own."""
+        return dict(self._of_object("notes", notes_commit,
+                                    lambda: self._notes_at(notes_commit)))
+
+    def _notes_at(self, notes_commit: str) -> dict[str, str]:
         out = self._git("ls-tree", "-r", "-z", "--full-tree", notes_commit, strip=False)
         notes: dict[str, str] = {}
         for record in out.split("\0"):
