@@ -168,6 +168,24 @@ class Repo:
         self._known.setdefault(("exists", sha), sha)
         return sha
 
+    def resolve_all(self, revs: list[str]) -> dict[str, str]:
+        """The commit each of `revs` names, of those that name one (as `resolve` finds it):
+        one `cat-file --batch-check` for them all, not one rev-parse each."""
+        if any(not rev or rev != rev.strip() or "\n" in rev for rev in revs):  # not one a line
+            found = {}
+            for rev in revs:
+                with contextlib.suppress(GitError):
+                    found[rev] = self.resolve(rev)
+            return found
+        out = self._git("cat-file", "--batch-check=%(objectname) %(objecttype)",
+                        stdin="".join(f"{rev}^{{commit}}\n" for rev in revs).encode())
+        found = {}
+        for rev, line in zip(revs, out.splitlines(), strict=False):
+            sha, _, kind = line.partition(" ")
+            if kind == "commit" and _OBJECT_ID.fullmatch(sha):
+                found[rev] = sha
+        return found
+
     def branch_sha(self, branch: str) -> str | None:
         try:
             return self._git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
