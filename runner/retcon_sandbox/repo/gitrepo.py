@@ -55,6 +55,7 @@ PERSISTENT = ("core.bigFileThreshold=32m", "core.packedGitWindowSize=16m",
 # fast-import spends five times the CPU (0.25 s against 0.05 s for 5,000 small blobs): so only
 # these.
 FAST_IMPORT = ("-c", "core.hooksPath=/dev/null", "-c", "core.bigFileThreshold=32m")
+FAST_IMPORT_FROM = 3  # blobs: one fast-import costs 5.8 ms of CPU, a hash-object (each) 2.8
 # ...and no external diff or textconv drivers.
 SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
 
@@ -652,8 +653,9 @@ class Repo:
         parent = self.branch_sha(branch)
         base = self.tree_of(parent) if parent else ""
         contents = {c for c in files.values() if c is not None}
-        blobs: dict[str, str] = {}
-        if contents:
+        if len(contents) < FAST_IMPORT_FROM:
+            blobs = {c: self.write_blob(c.encode()) for c in contents}
+        else:
             with self.blob_batch() as batch:  # one git process for all the blobs, not one each
                 blobs = {c: batch.write(len(c.encode()), iter([c.encode()])) for c in contents}
         changes = [FileChange(p, TreeEntry("100644", blobs[c]) if c is not None else None)
