@@ -130,13 +130,14 @@ def default_remote(repo: Repo, source: str, source_sha: str) -> str:
     names += ["main", "master"] + [f"{r}/{n}" for r in dict.fromkeys((remote_name, "origin"))
                                    for n in ("main", "master")]
     found: list[tuple[int, int, str]] = []
+    shas = repo.resolve_all(list(dict.fromkeys(names)))  # one git call for them all
     for order, name in enumerate(dict.fromkeys(names)):
+        sha = shas.get(name)  # None: no such branch
+        if sha is None or sha == source_sha:
+            continue
         try:
-            sha = repo.resolve(name)
-            if sha == source_sha:
-                continue
             ahead = len(repo.commits_in(source_sha, repo.merge_base(source_sha, sha)))
-        except GitError:  # no such branch, or no history in common
+        except GitError:  # no history in common
             continue
         found.append((ahead, order, name))
     if not found:

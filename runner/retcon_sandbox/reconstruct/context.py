@@ -210,13 +210,13 @@ class Run:
         return provenance.of_commits(self.repo, made, self._base_entries, theirs)
 
     @contextlib.contextmanager
-    def sandbox(self, label: str, number: int | None = None, warming: Warming | None = None
-                ) -> Iterator[WorkState]:
+    def sandbox(self, label: str, number: int | None = None, warming: Warming | None = None,
+                tip: str | None = None) -> Iterator[WorkState]:
         """A working state on the cleaned branch's tip (for commit `number`, if it is one
         commit's); its sandbox opens on first use, from the environment prepared for the tree
         it holds, and is removed when the block exits (or when another one replaces it).
         `warming`: a sandbox already being opened (`Environments.warm`), used if its tree is
-        the one needed first."""
+        the one needed first. `tip`: the tip as this step has just read it (else read now)."""
         with contextlib.ExitStack() as stack:
             current: list[contextlib.ExitStack] = []
             if warming is not None:
@@ -251,7 +251,7 @@ class Run:
             def retree(box: Sandbox, tree: str) -> None:
                 self.envs.retree(box, tree, self.place(tree, number))
 
-            yield WorkState(self.repo, open_box, self.repo.tree_of(self.tip()), self.source,
+            yield WorkState(self.repo, open_box, self.repo.tree_of(tip or self.tip()), self.source,
                             self.settings.max_file_size, self.envs.key, retree)
 
     def take_handover(self) -> Warming | None:
@@ -265,11 +265,12 @@ class Run:
         if found is not None:
             found.close()
 
-    def place(self, tree: str, number: int | None) -> tuple[str, int]:
+    def place(self, tree: str, number: int | None, tip: str | None = None) -> tuple[str, int]:
         """Where a sandbox's tree sits, for its git metadata's version: the cleaned branch's
         tip when commit `number` verifies the tip's own tree, else the commit made on the tip
-        next. (A fix made in an open sandbox keeps the version it opened with.)"""
-        tip = self.tip()
+        next. (A fix made in an open sandbox keeps the version it opened with.) `tip`: the tip
+        as this step has just read it (else read now)."""
+        tip = tip or self.tip()
         verifying = number is not None and \
             isinstance(next_step(self.commit_spec(number).history), Verify)
         return tip, 0 if verifying and tree == self.repo.tree_of(tip) else 1

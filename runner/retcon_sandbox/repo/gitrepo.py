@@ -16,10 +16,12 @@ import re
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
 import git
 import git.exc
@@ -53,6 +55,7 @@ PERSISTENT = ("core.bigFileThreshold=32m", "core.packedGitWindowSize=16m",
 # fast-import spends five times the CPU (0.25 s against 0.05 s for 5,000 small blobs): so only
 # these.
 FAST_IMPORT = ("-c", "core.hooksPath=/dev/null", "-c", "core.bigFileThreshold=32m")
+FAST_IMPORT_FROM = 3  # blobs: one fast-import costs 5.8 ms of CPU, a hash-object (each) 2.8
 # ...and no external diff or textconv drivers.
 SAFE_DIFF = ("--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
 
@@ -72,6 +75,9 @@ class FileChange:
 
 
 _NOTE_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # an object id (SHA-1 or SHA-256)
+_OBJECT_ID = _NOTE_NAME  # git reads a full id as that object, never as a ref of that name
+T = TypeVar("T")
+TREES_KEPT = 200_000  # the most tree entries `ls_tree` keeps from earlier calls (< 100 MB)
 _TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")
 
 
@@ -107,6 +113,14 @@ class Repo:
             self.root = Path(self._repo.working_tree_dir or path)
         self._identity_env: dict[str, str] | None = None
         self._object_format: str | None = None
+        self._common_dir: Path | None = None
+        # What git answered about an object id: an object is named by its content, so the
+        # answer stays true, and one command need not ask twice. Never a ref's value: a ref
+        # moves, and is read again each time it is asked for.
+        self._known: dict[tuple[str, str], object] = {}
+        self._trees: OrderedDict[str, dict[str, TreeEntry]] = OrderedDict()
+        self._trees_lock = threading.Lock()  # `verify -j` reads trees from several threads
+        self._sizes: dict[str, int] = {}  # blob -> its size, as `blob_sizes` found it
         # GitPython's own long-running `cat-file --batch` (blobs read for the tar stream) gets
         # the same large-file threshold, so a blob over it streams rather than being inflated
         # whole, and a small pack window, so reading a large repository does not map it all.
@@ -144,13 +158,34 @@ class Repo:
 
     def resolve(self, rev: str) -> str:
         try:
-            return self._git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                             f"{rev}^{{commit}}")
+            sha = self._of_object("commit", rev, lambda: self._git(
+                "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"))
         except GitError:
             raise GitError(f"unknown revision {rev!r} in the repository {self.root}",
                            f"Check the branch name (`git -C {self.root} branch -a` lists them). "
                            "The repository is the one containing the current directory, else "
                            "the spec's directory; --repo DIR chooses another.") from None
+        self._known.setdefault(("commit", sha), sha)  # a commit's id resolves to itself
+        self._known.setdefault(("exists", sha), sha)
+        return sha
+
+    def resolve_all(self, revs: list[str]) -> dict[str, str]:
+        """The commit each of `revs` names, of those that name one (as `resolve` finds it):
+        one `cat-file --batch-check` for them all, not one rev-parse each."""
+        if any(not rev or rev != rev.strip() or "\n" in rev for rev in revs):  # not one a line
+            found = {}
+            for rev in revs:
+                with contextlib.suppress(GitError):
+                    found[rev] = self.resolve(rev)
+            return found
+        out = self._git("cat-file", "--batch-check=%(objectname) %(objecttype)",
+                        stdin="".join(f"{rev}^{{commit}}\n" for rev in revs).encode())
+        found = {}
+        for rev, line in zip(revs, out.splitlines(), strict=False):
+            sha, _, kind = line.partition(" ")
+            if kind == "commit" and _OBJECT_ID.fullmatch(sha):
+                found[rev] = sha
+        return found
 
     def branch_sha(self, branch: str) -> str | None:
         try:
@@ -193,6 +228,8 @@ class Repo:
         return True
 
     def exists(self, sha: str) -> bool:
+        if ("exists", sha) in self._known:
+            return True
         try:
             self._git("cat-file", "-e", f"{sha}^{{commit}}")
         except GitError:
@@ -200,19 +237,39 @@ class Repo:
         return True
 
     def tree_of(self, commit: str) -> str:
-        return self._git("rev-parse", f"{commit}^{{tree}}")
+        return self._of_object("tree", commit,
+                               lambda: self._git("rev-parse", f"{commit}^{{tree}}"))
 
     def parent_of(self, commit: str) -> str | None:
-        out = self._git("rev-list", "--parents", "-n", "1", commit).split()
-        return out[1] if len(out) > 1 else None
+        def ask() -> str | None:
+            out = self._git("rev-list", "--parents", "-n", "1", commit).split()
+            return out[1] if len(out) > 1 else None
+        return self._of_object("parent", commit, ask)
 
     def message_of(self, commit: str) -> str:
-        return self._git("log", "-1", "--format=%B", commit, strip=False).rstrip("\n")
+        return self._of_object("message", commit, lambda: self._git(
+            "log", "-1", "--format=%B", commit, strip=False).rstrip("\n"))
+
+    def _of_object(self, what: str, rev: str, ask: Callable[[], T]) -> T:
+        """`ask()`, or what it answered before for the same full object id (`_known`); a
+        revision that is not one (a branch, `HEAD~1`) is asked about each time."""
+        if not _OBJECT_ID.fullmatch(rev):
+            return ask()
+        if (what, rev) not in self._known:
+            self._known[(what, rev)] = ask()
+            if what in ("commit", "parent", "message"):  # it names a commit: `exists` is true
+                self._known[("exists", rev)] = rev
+        return cast(T, self._known[(what, rev)])
 
     def common_dir(self) -> Path:
-        """The repository's git directory shared by all its worktrees."""
-        out = self._git("rev-parse", "--path-format=absolute", "--git-common-dir")
-        return Path(out)
+        """The repository's git directory shared by all its worktrees (it never moves while a
+        command runs: asked once, with the object format)."""
+        if self._common_dir is None:
+            out = self._git("rev-parse", "--path-format=absolute", "--git-common-dir",
+                            "--show-object-format").splitlines()
+            self._common_dir = Path(out[0])
+            self._object_format = out[1] if len(out) > 1 and out[1] else "sha1"
+        return self._common_dir
 
     def full_ref(self, rev: str) -> str:
         """The full ref name a revision names (`refs/heads/x`), or "" for a plain commit."""
@@ -302,6 +359,14 @@ class Repo:
         return [p for p in out.split("\0") if p]
 
     def ls_tree(self, tree: str) -> dict[str, TreeEntry]:
+        """Every file of `tree` (or of a commit's tree), by path: a dict of the caller's own.
+        A full object id's entries are kept for the next call (the last few trees, up to
+        TREES_KEPT entries in all): one step reads the same tree several times."""
+        with self._trees_lock:
+            kept = self._trees.get(tree)
+            if kept is not None:
+                self._trees.move_to_end(tree)
+                return dict(kept)
         out = self._git("ls-tree", "-r", "-z", "--full-tree", tree, strip=False)
         entries: dict[str, TreeEntry] = {}
         for record in out.split("\0"):
@@ -310,6 +375,12 @@ class Repo:
             meta, path = record.split("\t", 1)
             mode, _kind, sha = meta.split()
             entries[path] = TreeEntry(mode, sha)
+        if _OBJECT_ID.fullmatch(tree) and len(entries) <= TREES_KEPT:
+            with self._trees_lock:
+                self._trees[tree] = entries
+                while sum(map(len, self._trees.values())) > TREES_KEPT:
+                    self._trees.popitem(last=False)
+            return dict(entries)
         return entries
 
     def tree_index(self, tree: str) -> bytes:
@@ -433,7 +504,8 @@ class Repo:
     def object_format(self) -> str:
         """sha1 or sha256: how this repository names objects."""
         if self._object_format is None:
-            self._object_format = self._git("rev-parse", "--show-object-format") or "sha1"
+            self.common_dir()  # asks for both
+        assert self._object_format is not None
         return self._object_format
 
     def make_tree(self, base_tree: str, changes: list[FileChange]) -> str:
@@ -498,8 +570,25 @@ class Repo:
         """A commit message is UTF-8: a name in it that is not (`latin\\xe9.txt`, listed by
         the remainder's commit) has each such byte written `\\xNN`, as the terminal shows it."""
         text = escape_undecodable(message.rstrip("\n")) + "\n"
-        return self._git("commit-tree", tree, "-p", parent, "-F", "-", stdin=text.encode(),
-                         env=self._identity())
+        sha = self._commit_object(("commit-tree", tree, "-p", parent, "-F", "-"), text.encode())
+        if _OBJECT_ID.fullmatch(tree):
+            self._known[("tree", sha)] = tree  # what `tree_of` would answer
+        return sha
+
+    def _commit_object(self, args: tuple[str, ...], message: bytes) -> str:
+        """`git commit-tree ARGS` with `message`, as the configured identity, or as
+        retcon-sandbox where none is configured (`_identity`). commit-tree needs the very
+        identity `git var` checks, so it is tried first, and `git var` asked only if it fails:
+        one git call a commit, not three."""
+        if self._identity_env is None:
+            try:
+                sha = self._git(*args, stdin=message)
+            except GitError:
+                pass  # no identity, perhaps: `_identity` says, and the commit is tried again
+            else:
+                self._identity_env = {}
+                return sha
+        return self._git(*args, stdin=message, env=self._identity())
 
     def _identity(self) -> dict[str, str]:
         if self._identity_env is None:
@@ -562,12 +651,21 @@ class Repo:
         """Commit `files` (None deletes) on top of `branch` (created if missing): our own content
         only, for the demo and the tests."""
         parent = self.branch_sha(branch)
-        base = self.tree_of(parent) if parent else self._git("mktree", stdin=b"")
-        changes = [FileChange(p, TreeEntry("100644", self.write_blob(c.encode())) if c is not None
-                              else None) for p, c in files.items()]
-        tree = self.make_tree(base, changes)
-        args = ["commit-tree", tree, "-F", "-"] + (["-p", parent] if parent else [])
-        sha = self._git(*args, stdin=escape_undecodable(message).encode(), env=self._identity())
+        base = self.tree_of(parent) if parent else ""
+        contents = {c for c in files.values() if c is not None}
+        if len(contents) < FAST_IMPORT_FROM:
+            blobs = {c: self.write_blob(c.encode()) for c in contents}
+        else:
+            with self.blob_batch() as batch:  # one git process for all the blobs, not one each
+                blobs = {c: batch.write(len(c.encode()), iter([c.encode()])) for c in contents}
+        changes = [FileChange(p, TreeEntry("100644", blobs[c]) if c is not None else None)
+                   for p, c in files.items()]
+        if parent:
+            tree = self.make_tree(base, changes)
+        else:  # a root commit: its tree holds these files alone (each tree id checked)
+            tree = self.tree_from_entries({c.path: c.entry for c in changes if c.entry})
+        args = ("commit-tree", tree, "-F", "-", *(("-p", parent) if parent else ()))
+        sha = self._commit_object(args, escape_undecodable(message).encode())
         self.update_branch(branch, sha, parent, "commit")
         return sha
 
@@ -578,16 +676,21 @@ class Repo:
     # -- the tree as a tar stream, built from objects --------------------------------------
 
     def blob_sizes(self, shas: list[str]) -> dict[str, int]:
-        """Object sizes from one `cat-file --batch-check`, before any content is read."""
-        if not shas:
-            return {}
-        out = self._git("cat-file", "--batch-check=%(objectname) %(objectsize)",
-                        stdin=("\n".join(shas) + "\n").encode())
-        sizes = {}
-        for line in out.splitlines():
-            name, _, size = line.partition(" ")
-            if size.isdigit():
-                sizes[name] = int(size)
+        """Object sizes from one `cat-file --batch-check`, before any content is read (or none:
+        a size this command read before is remembered, as it never changes)."""
+        known = self._sizes
+        sizes = {sha: found for sha in shas if (found := known.get(sha)) is not None}
+        asked = [sha for sha in shas if sha not in sizes]
+        if asked:
+            out = self._git("cat-file", "--batch-check=%(objectname) %(objectsize)",
+                            stdin=("\n".join(asked) + "\n").encode())
+            for line in out.splitlines():
+                name, _, size = line.partition(" ")
+                if size.isdigit():
+                    sizes[name] = int(size)
+            if len(known) > TREES_KEPT:
+                known.clear()
+            known.update(sizes)
         return sizes
 
     def tree_tar(self, tree: str, max_file_size: int) -> TarStream:
@@ -657,6 +760,25 @@ class Repo:
         except GitError:
             return None
 
+    def ref_state(self, ref: str) -> tuple[str | None, bool]:
+        """`ref_sha` and `ref_exists` of a full ref name, from one git call where it can be:
+        the commit it points at (None: none), and whether it points at any object at all."""
+        try:
+            out: str | None = self._git(
+                "for-each-ref", "--format=%(objecttype) %(objectname) %(refname)",
+                "--end-of-options", ref)
+        except GitError:  # a ref to a missing object, say: asked as ever, to tell which
+            out = None
+        found = [line.split(" ", 2) for line in (out or "").splitlines()]
+        kinds = [(f[0], f[1]) for f in found if len(f) == 3 and f[2] == ref]
+        if out is None or any(kind == "tag" for kind, _ in kinds):  # rev-parse peels a tag
+            commit = self.ref_sha(ref)
+            return commit, commit is not None or self.ref_exists(ref)
+        if not kinds:
+            return None, False
+        kind, sha = kinds[0]
+        return (sha if kind == "commit" else None), True
+
     def ref_exists(self, ref: str) -> bool:
         """Whether a full ref name points at any object at all."""
         try:
@@ -668,7 +790,11 @@ class Repo:
     def notes_at(self, notes_commit: str) -> dict[str, str]:
         """The notes of a notes commit: annotated object -> note blob (fan-out paths such as
         `ab/cdef…`, as `git notes` writes them in large trees, are joined). A tree holding
-        anything else is not a notes tree: GitError."""
+        anything else is not a notes tree: GitError. A dict of the caller's own."""
+        return dict(self._of_object("notes", notes_commit,
+                                    lambda: self._notes_at(notes_commit)))
+
+    def _notes_at(self, notes_commit: str) -> dict[str, str]:
         out = self._git("ls-tree", "-r", "-z", "--full-tree", notes_commit, strip=False)
         notes: dict[str, str] = {}
         for record in out.split("\0"):
@@ -733,8 +859,8 @@ class Repo:
                 self._git("read-tree", old, env=env)
             self._git("update-index", "-z", "--index-info", stdin=b"".join(records), env=env)
             tree = self._git("write-tree", env=env)
-        args = ["commit-tree", tree, "-F", "-"] + (["-p", old] if old else [])
-        new = self._git(*args, stdin=(message + "\n").encode(), env=self._identity())
+        args = ("commit-tree", tree, "-F", "-", *(("-p", old) if old else ()))
+        new = self._commit_object(args, (message + "\n").encode())
         try:
             self._git("update-ref", "--no-deref", "-m", f"retcon-sandbox: {message}", ref, new,
                       old or ZERO)

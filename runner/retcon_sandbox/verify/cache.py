@@ -299,8 +299,8 @@ class Cache:
         self._load()
 
     def _load(self) -> dict[str, str]:
-        commit = self.repo.ref_sha(REF)
-        if commit is None and self.repo.ref_exists(REF):
+        commit, exists = self.repo.ref_state(REF)
+        if commit is None and exists:
             raise corrupted("does not point to a commit")
         if self._notes is None or commit != self._commit:
             self._commit = commit
@@ -310,16 +310,18 @@ class Cache:
                 raise corrupted(f"is not a notes commit ({exc.message})") from None
         return self._notes
 
-    def _records(self, tree: str) -> list[dict[str, Any]]:
-        blob = self._load().get(tree)
+    def _records(self, tree: str, notes: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """`tree`'s note, as `notes` (the notes just loaded) or the ref now has it."""
+        blob = (self._load() if notes is None else notes).get(tree)
         data = self.repo.small_blob(blob, NOTE_LIMIT) if blob else None
         return parse_note(data) if data else []
 
-    def _found(self, tree: str, key: Key, timeout: float) -> list[tuple[Outcome, bool]]:
+    def _found(self, tree: str, key: Key, timeout: float, notes: dict[str, str] | None = None
+               ) -> list[tuple[Outcome, bool]]:
         """The usable results of `tree` under `key`, newest first, each with whether this
-        user's key authenticates it."""
+        user's key authenticates it (from `notes`, if just loaded)."""
         found = []
-        for record in newest_first(self._records(tree)):
+        for record in newest_first(self._records(tree, notes)):
             decoded = decode(record)
             if decoded and decoded[0] == key and decoded[1].usable(timeout):
                 found.append((decoded[1], authentic(tree, record, self.key)))
@@ -339,40 +341,54 @@ class Cache:
 
     def get(self, tree: str, key: Key, timeout: float) -> Outcome | None:
         """A result this user recorded; under `trust`, also one claimed by others."""
-        if not self.read:
-            return None
-        found = self._found(tree, key, timeout)
-        mine = next((outcome for outcome, ours in found if ours), None)
-        if mine is not None or not self.trust:
-            return mine  # ours first: a claim, even a newer one, never hides our own result
-        return next((replace(outcome, claimed=True) for outcome, _ in found), None)
+        return self.lookup(tree, key, timeout)[0]
 
     def claim(self, tree: str, key: Key, timeout: float) -> Outcome | None:
         """The newest result of `tree` under `key` that others claim (its HMAC does not
         verify), whether or not it is used."""
-        if not self.read:
-            return None
-        return next((replace(o, claimed=True) for o, ours in self._found(tree, key, timeout)
-                     if not ours), None)
+        return self.lookup(tree, key, timeout)[1]
 
-    def put(self, tree: str, key: Key, outcome: Outcome) -> None:
+    def lookup(self, tree: str, key: Key, timeout: float
+               ) -> tuple[Outcome | None, Outcome | None]:
+        """`get` and `claim` at once, from one reading of the notes."""
+        if not self.read:
+            return None, None
+        found = self._found(tree, key, timeout)
+        claim = _claim(found)
+        mine = next((outcome for outcome, ours in found if ours), None)
+        if mine is not None or not self.trust:
+            return mine, claim  # ours first: a claim, even a newer one, never hides our own
+        return next((replace(outcome, claimed=True) for outcome, _ in found), None), claim
+
+    def put(self, tree: str, key: Key, outcome: Outcome, timeout: float | None = None
+            ) -> Outcome | None:
         """Record a result, replacing an older one under the same key. Another writer moving
         the ref in between is retried; losing the race repeatedly only loses this line. A
         repository that cannot be written stops the writing, not the run (`problem` says
-        why)."""
+        why). With `timeout`: what `claim` answers just before the write, from the same
+        reading of the notes as the write's (else None)."""
+        notes = None
+        claim = None
+        if timeout is not None and self.read:
+            notes = self._load()
+            claim = _claim(self._found(tree, key, timeout, notes))
         if not self.write:
-            return
+            return claim
         try:
-            self._put(tree, key, outcome)
+            self._put(tree, key, outcome, notes)
         except GitError as exc:
             self.write = False
             self.problem = exc.message
+        return claim
 
-    def _put(self, tree: str, key: Key, outcome: Outcome) -> None:
+    def _put(self, tree: str, key: Key, outcome: Outcome, notes: dict[str, str] | None
+             ) -> None:
+        """`notes`: as just loaded, for the first attempt."""
         line = seal(tree, encode(key, outcome), self.key)
         for _ in range(WRITE_ATTEMPTS):
-            self._load()
-            kept = [r for r in self._records(tree) if not _same_key(r, key)][-(KEYS_KEPT - 1):]
+            notes = self._load() if notes is None else notes
+            kept = [r for r in self._records(tree, notes)
+                    if not _same_key(r, key)][-(KEYS_KEPT - 1):]
             data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
                            for r in [*kept, line]).encode()
             blob = self.repo.write_blob(data)
@@ -383,7 +399,12 @@ class Cache:
                 assert self._notes is not None
                 self._notes[tree] = blob
                 return
-            self._notes = None  # someone else wrote: read again and retry
+            self._notes = notes = None  # someone else wrote: read again and retry
+
+
+def _claim(found: list[tuple[Outcome, bool]]) -> Outcome | None:
+    """The newest of `found` that others claim (its HMAC does not verify)."""
+    return next((replace(o, claimed=True) for o, ours in found if not ours), None)
 
 
 def corrupted(why: str) -> GitError:

@@ -249,27 +249,25 @@ class Verifier:
         key = self.key_for(tree)
         if key is None:
             return None
-        found = self.cache.get(tree, key, self.commands.timeout)
+        found, claim = self.cache.lookup(tree, key, self.commands.timeout)  # one reading
         if found is None or found.claimed:
-            self._note_claim(tree, key)
+            self._note_claim(tree, claim)
         return found
 
-    def _note_claim(self, tree: str, key: Key) -> None:
+    def _note_claim(self, tree: str, claim: Outcome | None) -> None:
         """Keep what others claim for `tree` (notes this user's key does not authenticate),
         before our own result replaces it."""
-        if self.cache is not None and tree not in self.claims:
-            claim = self.cache.claim(tree, key, self.commands.timeout)
-            if claim is not None:
-                self.claims[tree] = claim
+        if claim is not None and tree not in self.claims:
+            self.claims[tree] = claim
 
     def record(self, tree: str, outcome: Outcome, key: Key | None = None) -> None:
         if outcome.passed and outcome.stages and not outcome.cached:
             self.passed_here.add(tree)
         if self.cache is not None and outcome.stages and not outcome.cached:
             key = key or self.key_for(tree)
-            if key is not None:
-                self._note_claim(tree, key)
-                self.cache.put(tree, key, outcome)
+            if key is not None:  # the claim, read with the notes the write replaces
+                noting = None if tree in self.claims else self.commands.timeout
+                self._note_claim(tree, self.cache.put(tree, key, outcome, noting))
 
     def baseline(self, tree: str, box: Callable[[], Sandbox]) -> Outcome:
         """Build, then tests, of the base commit's `tree` (in `box()`, opened when needed):

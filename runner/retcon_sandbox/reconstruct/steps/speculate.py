@@ -66,11 +66,12 @@ def speculate(ctx: Run, commit: CommitSpec) -> None:
     account = f"{commit.number} (speculative)"
     try:
         label = f"commit-{commit.number}"
-        tree = ctx.repo.tree_of(ctx.tip())
-        warming = ctx.envs.warm(label, tree, ctx.place(tree, commit.number))  # the pre-warm
+        tip = ctx.tip()  # read once for this step: `opened` checks it again before any use
+        tree = ctx.repo.tree_of(tip)
+        warming = ctx.envs.warm(label, tree, ctx.place(tree, commit.number, tip))  # pre-warm
         if warming is None:  # nothing is begun that would run a setup, or hold a large tree
             return
-        state = stack.enter_context(ctx.sandbox(label, commit.number, warming))
+        state = stack.enter_context(ctx.sandbox(label, commit.number, warming, tip))
         outcome = None
         if commit.paths is not None or ctx.agent is None or ctx.options.pipeline != Pipeline.FULL:
             state.box  # noqa: B018 - ready before this commit's turn
