@@ -45,6 +45,8 @@ FALLBACK_IDENTITY = {
 # no signing program, whatever the repository's config says (a fork's `.git` is untrusted too)...
 NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                "-c", "commit.gpgSign=false", "-c", "tag.gpgSign=false",
+               # `log` and `reflog show` would verify a signed commit with gpg.program
+               "-c", "log.showSignature=false",
                "-c", "core.untrackedCache=false", "-c", "core.splitIndex=false",
                # and a large blob is treated as binary by diffs, never loaded whole
                "-c", "core.bigFileThreshold=32m")
