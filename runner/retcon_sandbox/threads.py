@@ -16,6 +16,7 @@ signal; the run's other children (git) end with their work or when the run close
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -44,6 +45,17 @@ def start(target: Callable[[], None], name: str) -> threading.Thread:
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def import_ahead(module: str) -> None:
+    """Import `module` in a thread of `start`'s while the caller goes on (a slow SDK, whose
+    first use is after the command's own checks, which mostly wait for git). A failed import
+    is left for the first use to raise."""
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+
+    start(load, f"retcon-import-{module.rsplit('.', 1)[-1]}")
 
 
 def later(target: Callable[[], T], name: str) -> Callable[[], T]:

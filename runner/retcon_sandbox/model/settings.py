@@ -5,8 +5,6 @@ checks, while that import runs in a thread of its own (`prefetch`)."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from dataclasses import dataclass
 
 from retcon_sandbox import threads
@@ -39,8 +37,4 @@ def prefetch() -> None:
     `engine.prefetch` does the engine's SDK: a run that names a model spends its spec's,
     repository's and engine's checks, mostly waiting for git and the engine, importing it too.
     A failed import is left for the first use to raise."""
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            importlib.import_module("retcon_sandbox.model.llm")
-
-    threads.start(load, "retcon-import-model")
+    threads.import_ahead("retcon_sandbox.model.llm")

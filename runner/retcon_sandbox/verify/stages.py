@@ -168,24 +168,15 @@ def overlapped(box: Sandbox, commands: Commands, notify: Notify,
     in this one; the stages' events are given to `notify` here, afterwards, in their order. If
     `alongside` raises, so does this, at once: the stages stop when their sandbox is removed."""
     events: list[tuple[str, Stage | None]] = []
-    done: list[Outcome] = []
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            done.append(run_stages(lambda: box, commands, lambda w, s: events.append((w, s)),
-                                   at))
-        except BaseException as exc:  # raised again in the caller's thread
-            failed.append(exc)
-
-    worker = threads.start(work, "retcon-verify")
+    outcome = threads.later(lambda: run_stages(lambda: box, commands,
+                                               lambda w, s: events.append((w, s)), at),
+                            "retcon-verify")
     alongside()
-    worker.join()
-    for which, stage in events:
-        notify(which, stage)
-    if failed:
-        raise failed[0]
-    return done[0]
+    try:
+        return outcome()  # raises what the stages raised, after their events are given
+    finally:
+        for which, stage in events:
+            notify(which, stage)
 
 
 def replay(outcome: Outcome, commands: Commands, notify: Notify) -> None:

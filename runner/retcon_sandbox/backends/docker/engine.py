@@ -50,11 +50,7 @@ def prefetch() -> None:
     that will need the engine spends its spec's and repository's checks, mostly waiting for
     git, importing it too (0.2 to 0.3 s of CPU), instead of after them. A failed import is
     left for the first use to raise."""
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            importlib.import_module("docker")
-
-    threads.start(load, "retcon-import")
+    threads.import_ahead("docker")
 
 
 LABEL_RUN = "retcon-sandbox.run"
