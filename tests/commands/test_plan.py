@@ -367,3 +367,23 @@ def test_a_version_from_outside_the_source_branch_is_refused_before_anything(tmp
     assert f"{base[:12]} is not a commit of feature since its merge-base with main" in result.err
     assert git(root, "branch", "--list", "feature-clean") == ""
     assert spec.read_text(encoding="utf-8") == text.replace(first_messy, base)
+
+
+def test_a_commit_that_only_lays_files_out_anew_does_not_regroup_them(tmp_path: Path) -> None:
+    """`tidy` reformats files of both pieces of work: it says nothing of where they belong,
+    whatever its subject, so each file stays with the work that changed its words."""
+    from retcon_sandbox.repo.gitrepo import Repo
+
+    repo = Repo.init(tmp_path / "r", "main")
+    start: dict[str, str | None] = {"parse/a.py": "A=1\n", "parse/b.py": "B=1\n",
+                                    "docs/c.md": "C=1\n", "docs/d.md": "D=1\n"}
+    repo.commit_files("main", start, "Initial")
+    repo.update_branch("feature", repo.resolve("main"), None, "branch")
+    repo.commit_files("feature", {"parse/a.py": "A=2\n", "parse/b.py": "B=2\n"}, "Add parsing")
+    repo.commit_files("feature", {"docs/c.md": "C=2\n", "docs/d.md": "D=2\n"}, "Add output")
+    repo.commit_files("feature", {"parse/a.py": "A = 2\n", "parse/b.py": "B = 2\n",
+                                  "docs/c.md": "C = 2\n"}, "tidy")
+    result = cli("plan", "--source", "feature", "-o", "spec.toml", cwd=tmp_path / "r")
+    assert result.code == 0, result.err
+    assert plan_groups(tmp_path / "r" / "spec.toml") == [["parse/a.py", "parse/b.py"],
+                                                         ["docs/c.md", "docs/d.md"]]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+
+import pytest
 
 from retcon_sandbox.plan import weights
 from retcon_sandbox.plan.cluster import link
@@ -15,7 +18,13 @@ from retcon_sandbox.plan.draft import (
     ordered_history,
     with_their_tests,
 )
-from retcon_sandbox.plan.evidence import FEATURES, features, structure, timeline
+from retcon_sandbox.plan.evidence import (
+    FEATURES,
+    features,
+    layout_only,
+    structure,
+    timeline,
+)
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
 from retcon_sandbox.plan.messages import conventional
 from retcon_sandbox.plan.order import derive, order_groups
@@ -43,15 +52,39 @@ def test_a_sweeping_commit_and_a_formatter_run_do_not_count_a_fixup_counts_as_it
     changes = {f"pkg/m{i}.py": "M" for i in range(8)}
     f = facts(changes, [("add parsing", ["pkg/m0.py", "pkg/m1.py"]),
                         ("add output", ["pkg/m2.py", "pkg/m3.py"]),
-                        ("reformat everything", list(changes)),
+                        ("tidy", list(changes)),
                         ("run black", ["pkg/m4.py", "pkg/m5.py", "pkg/m6.py"]),
                         ("fixup! add parsing", ["pkg/m0.py", "pkg/m7.py"])])
-    t = timeline(f)
+    commits = list(f.commits)
+    commits[2] = replace(commits[2], layout=True)  # read_facts found only layout changed
+    t = timeline(replace(f, commits=tuple(commits)))
     assert t.last["pkg/m0.py"] == 0 and t.last["pkg/m7.py"] == 0  # the fixup is commit 0's
     assert t.last["pkg/m2.py"] == 1
     assert t.last["pkg/m4.py"] == 2  # only sweeps touched it: done at the first
     assert t.units[:2] == [["pkg/m0.py", "pkg/m1.py", "pkg/m7.py"], ["pkg/m2.py", "pkg/m3.py"]]
     assert t.revisited == 0  # m0's fixup is its own commit again
+
+
+def test_a_large_commit_that_changes_words_is_work_however_many_files_it_touches() -> None:
+    changes = {f"pkg/m{i}.py": "M" for i in range(8)}
+    f = facts(changes, [("add parsing", ["pkg/m0.py", "pkg/m1.py"]),
+                        ("fix build", [f"pkg/m{i}.py" for i in range(1, 8)])])
+    t = timeline(f)
+    assert t.units == [["pkg/m0.py"], [f"pkg/m{i}.py" for i in range(1, 8)]]
+    assert t.last["pkg/m1.py"] == 1 and t.revisited == 1
+
+
+@pytest.mark.parametrize(("old", "new", "laid_out"), [
+    ("def f(a,b):\n  return a+b\n", "def f(a, b):\n    return a + b\n", True),
+    ("import os\nimport abc\n", "import abc\nimport os\n", True),  # sorted imports
+    ("x = 'it is'\n", 'x = "it is"\n', True),
+    ("x = 1\n", "x = 2\n", False),  # a number
+    ("x = 'it is'\n", "x = 'it was'\n", False),  # a string's words
+    ("f(a)\nf(a)\n", "f(a)\n", False),  # a word as often as before
+    ("x = 1\n", "x = 1\n", False),  # no change
+])
+def test_a_layout_change_keeps_every_word_as_often(old: str, new: str, laid_out: bool) -> None:
+    assert layout_only(old, new) is laid_out
 
 
 def test_files_finished_together_stay_together_and_a_wip_continues_the_work() -> None:

@@ -15,7 +15,7 @@ import argparse
 import contextlib
 import difflib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -40,6 +40,7 @@ from retcon_sandbox.plan.draft import (
     shared_by,
     with_versions,
 )
+from retcon_sandbox.plan.evidence import layout_only
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
 from retcon_sandbox.plan.order import derive
 from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
@@ -163,6 +164,29 @@ def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _laid_out(repo: Repo, commits: tuple[MessyCommit, ...]) -> tuple[MessyCommit, ...]:
+    """The commits, each of 3 or more files that it only laid out anew marked `layout`: every
+    path modified (not added, deleted or binary), and its words kept (layout_only)."""
+    candidates = [c for c in commits if len(c.paths) >= 3 and
+                  all(old and new for old, new in c.blobs)]
+    data = repo.small_blobs([b for c in candidates for pair in c.blobs for b in pair if b],
+                            TEXT_LIMIT)
+
+    def text(blob: str | None) -> str | None:
+        try:
+            return data[blob].decode("utf-8") if blob in data else None
+        except UnicodeDecodeError:
+            return None
+
+    def laid_out(c: MessyCommit) -> bool:
+        pairs = [(text(old), text(new)) for old, new in c.blobs]
+        return all(old is not None and new is not None and layout_only(old, new)
+                   for old, new in pairs)
+
+    marked = {id(c) for c in candidates if laid_out(c)}
+    return tuple(replace(c, layout=True) if id(c) in marked else c for c in commits)
+
+
 def read_facts(target: Target) -> Facts:
     repo = target.repo
     entries = repo.diff_entries(target.base, target.source)
@@ -176,6 +200,8 @@ def read_facts(target: Target) -> Facts:
                                 tuple((old, new) for _, _, old, new in entries), sha)
                     for sha, subject, entries in repo.commit_changes(target.source, target.base))
     code_only = len(changes) > EVIDENCE_LIMIT  # folders decide: only imports are read
+    if not code_only:
+        commits = _laid_out(repo, commits)
     readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
     texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
     base_texts = _texts(repo, {c.path: c.old_blob for c in readable

@@ -23,11 +23,11 @@ from retcon_sandbox.plan.kinds import name_key, role
 from retcon_sandbox.plan.messages import useful
 from retcon_sandbox.sourceimports import imports
 
-SWEEP = 0.5  # a commit touching more than this share of a branch's files (7 or more) sweeps
 FORMATTING = re.compile(r"\b(format(ting|ted)?|fmt|black|prettier|rustfmt|isort|ruff|lint|"
                         r"autopep8|yapf|style|whitespace)\b", re.IGNORECASE)
 FIXUP = re.compile(r"^(fixup|squash|amend)! +(.*)$", re.DOTALL)
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}|\d+(?:\.\d+)+")
+WORD = re.compile(r"\w+")
 LINE_MIN = 8  # shorter changed lines (`}`, `return x`) say nothing of where they came from
 
 
@@ -44,16 +44,21 @@ class Timeline:
 
 
 def sweeps(facts: Facts) -> set[int]:
-    """The messy commits that touch a branch across the board: more than half of a branch of 7
-    or more files, or 3 or more files under a formatter's or linter's subject."""
+    """The messy commits that sweep across a branch: 3 or more of its files under a formatter's
+    or linter's subject, or 3 or more files that the commit only laid out anew, whatever its
+    subject (`layout_only`). How large a commit is says nothing: a real piece of work can
+    touch most of a branch's files."""
     changed = set(facts.paths)
-    out = set()
-    for i, commit in enumerate(facts.commits):
-        touched = len(changed.intersection(commit.paths))
-        if (len(changed) >= 7 and touched > SWEEP * len(changed)) or \
-                (touched >= 3 and FORMATTING.search(commit.subject)):
-            out.add(i)
-    return out
+    return {i for i, commit in enumerate(facts.commits)
+            if len(changed.intersection(commit.paths)) >= 3 and
+            (commit.layout or FORMATTING.search(commit.subject))}
+
+
+def layout_only(old: str, new: str) -> bool:
+    """Whether a change keeps every word of a file (names, numbers, the words of its strings
+    and comments), each as often: it moves only whitespace, punctuation or whole lines, as a
+    formatter or an import sorter does."""
+    return old != new and Counter(WORD.findall(old)) == Counter(WORD.findall(new))
 
 
 def _fixup_targets(facts: Facts) -> dict[int, int]:

@@ -23,6 +23,7 @@ class MessyCommit:
     paths: tuple[str, ...]  # the paths it touched, as git names them
     blobs: tuple[tuple[str | None, str | None], ...] = ()  # each path's before and after
     sha: str = ""  # its commit id
+    layout: bool = False  # 3 or more files, each only laid out anew (evidence.layout_only)
 
 
 @dataclass(frozen=True)
