@@ -53,6 +53,7 @@ from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize, sanitize_name
 
 TEXT_LIMIT = 512 * 1024  # larger files are not read (for imports and shared identifiers)
+LAYOUT_BATCH = 64  # messy commits whose two sides are read at once (is it a formatter's sweep?)
 CODE_SUFFIXES = (".py", ".rs", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs")
 LOG_SUBJECTS = 30
 
@@ -166,25 +167,28 @@ def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
 
 def _laid_out(repo: Repo, commits: tuple[MessyCommit, ...]) -> tuple[MessyCommit, ...]:
     """The commits, each of 3 or more files that it only laid out anew marked `layout`: every
-    path modified (not added, deleted or binary), and its words kept (layout_only)."""
+    path modified (not added, deleted or binary), and its words kept (layout_only). Read a
+    batch of commits at a time, so that a long history is never held whole."""
     candidates = [c for c in commits if len(c.paths) >= 3 and
-                  all(old and new for old, new in c.blobs)]
-    data = repo.small_blobs([b for c in candidates for pair in c.blobs for b in pair if b],
-                            TEXT_LIMIT)
-
-    def text(blob: str | None) -> str | None:
-        try:
-            return data[blob].decode("utf-8") if blob in data else None
-        except UnicodeDecodeError:
-            return None
-
-    def laid_out(c: MessyCommit) -> bool:
-        pairs = [(text(old), text(new)) for old, new in c.blobs]
-        return all(old is not None and new is not None and layout_only(old, new)
-                   for old, new in pairs)
-
-    marked = {id(c) for c in candidates if laid_out(c)}
+                  all(old and new and old != new for old, new in c.blobs)]
+    marked: set[int] = set()
+    for start in range(0, len(candidates), LAYOUT_BATCH):
+        batch = candidates[start:start + LAYOUT_BATCH]
+        data = repo.small_blobs([b for c in batch for pair in c.blobs for b in pair if b],
+                                TEXT_LIMIT)
+        marked.update(id(c) for c in batch if _only_layout(c, data))
     return tuple(replace(c, layout=True) if id(c) in marked else c for c in commits)
+
+
+def _only_layout(commit: MessyCommit, data: dict[str, bytes]) -> bool:
+    for old, new in commit.blobs:
+        try:
+            if not (old in data and new in data and
+                    layout_only(data[old].decode("utf-8"), data[new].decode("utf-8"))):
+                return False
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
 def read_facts(target: Target) -> Facts:
