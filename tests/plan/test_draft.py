@@ -352,3 +352,63 @@ def test_a_merge_subject_is_noise_and_a_conventional_subject_keeps_its_case() ->
     assert [g.message for g in draft(f).groups] == ["Add app/a.py"]
     f2 = facts({"app/mul.py": "A"}, [("feat: mul", ["app/mul.py"])])
     assert [g.message for g in draft(f2).groups] == ["feat: mul"]
+
+
+def test_a_fixup_subject_says_what_its_target_says_never_fixup() -> None:
+    f = facts({"app/a.py": "A"}, [("fixup! Merge branch '1.1.x' (wip)", ["app/a.py"])])
+    assert [g.message for g in draft(f).groups] == ["Add app/a.py"]
+    f2 = facts({"app/b.py": "M"}, [("squash! fixup! teach b to stream", ["app/b.py"])])
+    assert [g.message for g in draft(f2).groups] == ["Teach b to stream"]
+    f3 = facts({"app/c.py": "M"}, [("amend! feat(c): stream", ["app/c.py"])])
+    assert [g.message for g in draft(f3).groups] == ["feat(c): stream"]
+
+
+def test_a_long_messy_subject_is_shortened_and_kept_whole_in_the_body() -> None:
+    told = ("Add the fr_FR translations. Incomplete regarding the numbers, because US and FR "
+            "do not use the same scales")
+    f = facts({"app/fr.po": "A"}, [(told, ["app/fr.po"])])
+    subject, body = draft(f).groups[0].message.split("\n\n")
+    assert subject == "Add the fr_FR translations"
+    assert " ".join(body.split("\n")) == told and max(map(len, body.split("\n"))) <= 72
+    words = "Stop templating in docstrings in the function builder since it gets copied anyway"
+    f2 = facts({"app/fb.py": "M"}, [(words, ["app/fb.py"])])
+    subject = draft(f2).groups[0].message.split("\n")[0]
+    assert len(subject) <= 72 and subject.endswith("...") and words.startswith(subject[:-3])
+
+
+def test_a_described_subject_fits_in_72_characters() -> None:
+    deep = "src/humanize/locale/{}/LC_MESSAGES/humanize.po"
+    changes = {deep.format(lang): "A" for lang in ("fr_FR", "ko_KR", "nl_NL")}
+    changes |= {"src/humanize/number_formatting_helpers.py": "M", "README.md": "M"}
+    f = facts(changes, [("wip", list(changes))])
+    subjects = [g.message for g in draft(f).groups]
+    assert all(len(s) <= 72 and "\n" not in s for s in subjects), subjects
+    assert any(s.startswith("Add ") for s in subjects)
+
+
+def test_two_commits_never_share_a_subject() -> None:
+    """Files of one messy commit drafted apart: the second says what it changes."""
+    f = facts({"shop/cart.py": "M", "docs/guide/usage.md": "M"},
+              [("Teach the cart to round totals", ["shop/cart.py", "docs/guide/usage.md"])])
+    grouping = Grouping([["shop/cart.py"], ["docs/guide/usage.md"]], [0.0, 1.0], "test")
+    from retcon_sandbox.plan import draft as drafting
+
+    drafted = drafting._messages(f, derive(f, None), grouping.groups)
+    assert [g.message for g in drafted] == ["Teach the cart to round totals",
+                                            "Update docs/guide/usage.md"]
+
+
+@pytest.mark.parametrize(("told", "log", "message"), [
+    ("strutils.singularize: add back the es case", (), "strutils.singularize: add back the es "
+                                                       "case"),
+    ("README: move the API reference up", (), "README: move the API reference up"),
+    ("Refactor: simplify the parser's loop", ("feat: a", "fix: b", "docs: c"),
+     "refactor: simplify the parser's loop"),
+    ("Simplify the parser's loop", ("feat: a", "fix: b", "docs: c"),
+     "refactor: simplify the parser's loop"),
+    ("teach the parser to stream", (), "Teach the parser to stream"),
+])
+def test_a_subject_is_recased_only_where_its_first_word_is_a_plain_word(
+        told: str, log: tuple[str, ...], message: str) -> None:
+    f = facts({"app/parser.py": "M"}, [(told, ["app/parser.py"])], log=log)
+    assert draft(f).groups[0].message == message

@@ -40,7 +40,7 @@ from retcon_sandbox.plan.evidence import (
 )
 from retcon_sandbox.plan.facts import Facts
 from retcon_sandbox.plan.kinds import ROLES, name_key, role
-from retcon_sandbox.plan.messages import conventional, kind_of_group, message_for
+from retcon_sandbox.plan.messages import conventional, describe, kind_of_group, message_for
 from retcon_sandbox.plan.order import Derived, derive, order_groups
 from retcon_sandbox.text import sanitize_name
 
@@ -331,11 +331,15 @@ def _messages(facts: Facts, d: Derived, groups: list[list[str]]) -> list[Group]:
                          else (*facts.log_subjects, *(c.subject for c in facts.commits)))
     where = {p: i for i, g in enumerate(groups) for p in g}
     out: list[Group] = []
+    subjects: set[str] = set()
     for group in groups:
         needed = {where[q] for t in group for q in d.deps.get(t, ()) if q in where} - \
             {where[group[0]]}
         tested = [q for q in d.paths if needed and where.get(q) == max(needed) and
                   any(q in d.deps.get(t, ()) for t in group)]
         message, hints = message_for(group, facts, d, style, tested)
+        if message.split("\n", 1)[0] in subjects:  # an earlier commit has these words: say
+            message = describe(group, facts, d, style)  # what this one changes
+        subjects.add(message.split("\n", 1)[0])
         out.append(Group(tuple(group), message, hints, kind_of_group(group, d)))
     return out

@@ -4,6 +4,7 @@ changed, in the repository's style (conventional commits when its log uses them)
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable
 
 from retcon_sandbox.plan.facts import Facts
@@ -11,9 +12,13 @@ from retcon_sandbox.plan.order import Derived
 from retcon_sandbox.text import sanitize, sanitize_name
 
 SUBJECTS_SHOWN = 6  # messy subjects quoted in a commit's hints
+SUBJECT_MAX = 72  # a drafted subject's characters at most; the whole text goes in the body
 
 CONVENTIONAL = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|"
                           r"revert)(\([^)]*\))?!?: \S")
+TYPE = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|revert)"
+                  r"(?=(\([^)]*\))?!?: \S)", re.IGNORECASE)  # a conventional type, any case
+_FIXUP = re.compile(r"^\s*((fixup|squash|amend)! *)+", re.IGNORECASE)  # says its target's
 _WIP = re.compile(r"^\s*(wip|tmp|temp)\b[:\s-]*|[\s(:-]*\b(wip|tmp)\)?\s*$", re.IGNORECASE)
 THIN = {"more", "fix", "fixes", "fixed", "oops", "wip", "tmp", "again", "still", "try", "start",
         "finish", "done", "tweak", "tweaks", "nit", "nits"}
@@ -31,7 +36,8 @@ def conventional(subjects: Iterable[str]) -> bool:
 
 
 def useful(subject: str) -> str | None:
-    subject = sanitize(subject)
+    """What a messy subject says of its commit, or None: `fixup! X` says what X says."""
+    subject = _FIXUP.sub("", sanitize(subject)).strip()
     text = _WIP.sub("", subject).strip()
     if CONVENTIONAL.match(subject):
         return subject.strip()
@@ -41,12 +47,44 @@ def useful(subject: str) -> str | None:
     return text
 
 
-def _names(paths: list[str]) -> str:
-    """Names for a message: a control character in a name is escaped, never written."""
+def _names(paths: list[str], level: int = 0) -> str:
+    """Names for a message, shorter at each level: two paths, one, one base name, a count.
+    A control character in a name is escaped, never written."""
     shown = [sanitize_name(p) for p in paths]
-    if len(shown) <= 2:
+    if level >= 2:
+        shown = [name.rsplit("/", 1)[-1] for name in shown]
+    if level >= 3 and len(shown) > 1:
+        folders = {p.rsplit("/", 1)[0] if "/" in p else "" for p in paths}
+        common = sanitize_name(folders.pop()) if len(folders) == 1 else ""
+        return f"{len(shown)} files" + (f" in {common}" if common else "")
+    if len(shown) == 1 or (level == 0 and len(shown) == 2):
         return " and ".join(shown)
-    return f"{shown[0]}, {shown[1]} and {len(shown) - 2} more"
+    if level == 0:
+        return f"{shown[0]}, {shown[1]} and {len(shown) - 2} more"
+    return f"{shown[0]} and {len(shown) - 1} more"
+
+
+def _cased(subject: str, upper: bool) -> str:
+    """The subject with its first word capitalised (or not), when that word is a plain word:
+    `README: …`, `strutils.singularize: …` and `API …` stay as they are."""
+    word = subject.split(" ", 1)[0]
+    plain = word.isalpha() and (word.islower() or (word[0].isupper() and word[1:].islower()))
+    if not plain:
+        return subject
+    return (subject[0].upper() if upper else subject[0].lower()) + subject[1:]
+
+
+def fitted(subject: str) -> tuple[str, str]:
+    """A subject of at most SUBJECT_MAX characters, and the whole text as a body when it had
+    to be shortened: its first sentence, else its words up to the limit."""
+    if len(subject) <= SUBJECT_MAX:
+        return subject, ""
+    first = re.split(r"(?<=[.!?])\s+", subject, maxsplit=1)[0].rstrip(".")
+    if len(first) > SUBJECT_MAX:
+        cut = first[:SUBJECT_MAX - 3]
+        first = (cut.rsplit(" ", 1)[0] if " " in cut.strip() else cut).rstrip(" ,;:-") + "..."
+    return first, textwrap.fill(subject, SUBJECT_MAX, break_long_words=False,
+                                break_on_hyphens=False)
 
 
 def kind_of_group(paths: list[str], d: Derived) -> str:
@@ -58,7 +96,7 @@ def kind_of_group(paths: list[str], d: Derived) -> str:
     return "code"
 
 
-def _changes(paths: list[str], facts: Facts, d: Derived) -> str:
+def _changes(paths: list[str], facts: Facts, d: Derived, level: int) -> str:
     """`rename a to b; add c; update d`, leaving out the tests that come along."""
     shown = [p for p in paths if d.kinds[p] != "test"] or paths
     wanted = set(shown)
@@ -75,28 +113,40 @@ def _changes(paths: list[str], facts: Facts, d: Derived) -> str:
         for key in (blobs[gone][0], gone.rsplit("/", 1)[-1]):
             new = next((n for n in added.get(key or "", ()) if n not in renamed), None)
             if new is not None:
-                parts.append(f"rename {_names([gone])} to {_names([new])}")
+                parts.append(f"rename {_names([gone], level)} to {_names([new], level)}")
                 renamed |= {gone, new}
                 break
     for verb, status in (("add", "A"), ("remove", "D"), ("update", "M")):
         files = [p for p in shown if d.status[p] == status and p not in renamed]
         if files:
-            parts.append(f"{verb} {_names(files)}")
-    return "; ".join(parts[:2]) + (" and more" if len(parts) > 2 else "")
+            parts.append(f"{verb} {_names(files, level)}")
+    shown_parts = 1 if level >= 3 else 2
+    return "; ".join(parts[:shown_parts]) + (" and more" if len(parts) > shown_parts else "")
 
 
 def describe(paths: list[str], facts: Facts, d: Derived, style: bool,
              tested: list[str] | None = None) -> str:
-    """A subject saying what changed, when no messy commit says it."""
+    """A subject saying what changed, when no messy commit says it: the names shortened until
+    it fits in SUBJECT_MAX characters."""
+    for level in range(4):
+        subject = _described(paths, facts, d, style, tested, level)
+        if len(subject) <= SUBJECT_MAX:
+            break
+    return fitted(subject)[0]
+
+
+def _described(paths: list[str], facts: Facts, d: Derived, style: bool,
+               tested: list[str] | None, level: int) -> str:
     group_kind = kind_of_group(paths, d)
     statuses = {d.status[p] for p in paths}
     if group_kind == "test":
-        what = f"add tests for {_names(tested)}" if tested else f"update {_names(paths)}"
+        what = f"add tests for {_names(tested, level)}" if tested else \
+            f"update {_names(paths, level)}"
         kind_word = "test"
     elif group_kind == "docs":
-        what, kind_word = _changes(paths, facts, d), "docs"
+        what, kind_word = _changes(paths, facts, d, level), "docs"
     else:
-        what = _changes(paths, facts, d)
+        what = _changes(paths, facts, d, level)
         configs = all(d.kinds[p] == "config" for p in paths)
         kind_word = "build" if configs else "feat" if "A" in statuses else "refactor"
     return f"{kind_word}: {what}" if style else what[0].upper() + what[1:]
@@ -104,7 +154,8 @@ def describe(paths: list[str], facts: Facts, d: Derived, style: bool,
 
 def message_for(paths: list[str], facts: Facts, d: Derived, style: bool,
                 tested: list[str] | None = None) -> tuple[str, str]:
-    """The group's message and hints."""
+    """The group's message and hints. A messy subject too long for a subject is shortened, and
+    the whole of it is the message's body."""
     members, changed = set(paths), set(d.paths)
     scored: list[tuple[int, int, str]] = []
     sources: list[str] = []
@@ -118,15 +169,19 @@ def message_for(paths: list[str], facts: Facts, d: Derived, style: bool,
             scored.append((-len(inside), i, told))
     if scored:
         subject = min(scored)[2]
+        if style:  # `Fix: x` is a conventional `fix: x`
+            subject = TYPE.sub(lambda m: m.group(0).lower(), subject)
         if style and not CONVENTIONAL.match(subject):
             group_kind = kind_of_group(paths, d)
             prefix = {"test": "test", "docs": "docs"}.get(group_kind) or \
                 ("feat" if "A" in {d.status[p] for p in paths} else "refactor")
-            subject = f"{prefix}: {subject[0].lower()}{subject[1:]}"
+            subject = f"{prefix}: {_cased(subject, upper=False)}"
         elif not style and not CONVENTIONAL.match(subject):  # `feat: x` keeps its case
-            subject = subject[0].upper() + subject[1:]
+            subject = _cased(subject, upper=True)
+        subject, body = fitted(subject)
+        message = f"{subject}\n\n{body}" if body else subject
     else:
-        subject = describe(paths, facts, d, style, tested)
+        message = describe(paths, facts, d, style, tested)
     distinct = list(dict.fromkeys(sources))
     quoted = ", ".join(f"'{sanitize(s)}'" for s in distinct[:SUBJECTS_SHOWN]) + \
         (f" and {len(distinct) - SUBJECTS_SHOWN} more" if len(distinct) > SUBJECTS_SHOWN else "")
@@ -134,6 +189,6 @@ def message_for(paths: list[str], facts: Facts, d: Derived, style: bool,
         (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
     hints = (f"Take {listed} as on the source branch"
              + (f" (changed in the messy commits {quoted})" if quoted else "") + ".")
-    return subject, hints
+    return message, hints
 
 
