@@ -26,7 +26,7 @@ from retcon_sandbox.plan.evidence import (
     timeline,
 )
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
-from retcon_sandbox.plan.messages import conventional
+from retcon_sandbox.plan.messages import conventional, describe
 from retcon_sandbox.plan.order import derive, order_groups
 
 
@@ -383,7 +383,9 @@ def test_a_described_subject_fits_in_72_characters() -> None:
     f = facts(changes, [("wip", list(changes))])
     subjects = [g.message for g in draft(f).groups]
     assert all(len(s) <= 72 and "\n" not in s for s in subjects), subjects
-    assert any(s.startswith("Add ") for s in subjects)
+    together = describe(list(changes), f, derive(f, None), False)
+    assert together.startswith("Add 3 files in src/humanize/locale"), together  # not `humanize.po
+    assert len(together) <= 72  # and 2 more`: which?
 
 
 def test_two_commits_never_share_a_subject() -> None:

@@ -48,20 +48,33 @@ def useful(subject: str) -> str | None:
 
 
 def _names(paths: list[str], level: int = 0) -> str:
-    """Names for a message, shorter at each level: two paths, one, one base name, a count.
-    A control character in a name is escaped, never written."""
+    """Names for a message, shorter at each level: two paths, one, one file's name (when no
+    other of `paths` has it), a count. A control character in a name is escaped, never
+    written."""
     shown = [sanitize_name(p) for p in paths]
+    names = [name.rsplit("/", 1)[-1] for name in shown]
+    if level == 2 and len(set(names)) < len(names):
+        level = 3  # `humanize.mo and 2 more` would not say which
     if level >= 2:
-        shown = [name.rsplit("/", 1)[-1] for name in shown]
+        shown = names
     if level >= 3 and len(shown) > 1:
-        folders = {p.rsplit("/", 1)[0] if "/" in p else "" for p in paths}
-        common = sanitize_name(folders.pop()) if len(folders) == 1 else ""
-        return f"{len(shown)} files" + (f" in {common}" if common else "")
+        where = sanitize_name(_common_folder(paths))
+        return f"{len(shown)} files" + (f" in {where}" if where else "")
     if len(shown) == 1 or (level == 0 and len(shown) == 2):
         return " and ".join(shown)
     if level == 0:
         return f"{shown[0]}, {shown[1]} and {len(shown) - 2} more"
     return f"{shown[0]} and {len(shown) - 1} more"
+
+
+def _common_folder(paths: list[str]) -> str:
+    """The deepest folder that holds all of `paths` ("" for the root)."""
+    common: list[str] = []
+    for column in zip(*(p.split("/")[:-1] for p in paths), strict=False):
+        if len(set(column)) > 1:
+            break
+        common.append(column[0])
+    return "/".join(common)
 
 
 def _cased(subject: str, upper: bool) -> str:
