@@ -205,6 +205,34 @@ def test_an_import_that_was_there_before_orders_nothing_a_new_need_does() -> Non
     assert len(order_groups([["pkg/a.py"], ["pkg/b.py"], ["pkg/c.py"]], [0.0, 1.0, 2.0], d)) == 3
 
 
+@pytest.mark.parametrize(("init", "exports"), [
+    ("from pkg.number import (\n    apnumber,\n    clamp,\n)\n", "from pkg.number import (\n"
+     "    apnumber,\n)\n"),
+    ("from pkg.number import apnumber, clamp\n", "from pkg.number import apnumber\n"),
+    ("from pkg.number import apnumber\n__all__ = [\n    'apnumber',\n    'clamp',\n]\n",
+     "from pkg.number import apnumber\n__all__ = [\n    'apnumber',\n]\n"),
+])
+def test_a_test_of_a_name_a_package_newly_exports_needs_the_export(init: str, exports: str
+                                                                   ) -> None:
+    """`pkg.clamp` is defined in number.py and exported by __init__.py: a test of it needs
+    both, and __init__.py needs number.py, so the three go in one commit."""
+    f = facts({"pkg/__init__.py": "M", "pkg/number.py": "M", "tests/test_number.py": "M"},
+              [("wip", ["pkg/number.py", "tests/test_number.py"]), ("wip", ["pkg/__init__.py"])],
+              texts={"pkg/__init__.py": init,
+                     "pkg/number.py": "def apnumber(v):\n    return v\ndef clamp(v):\n"
+                                      "    return v\n",
+                     "tests/test_number.py": "import pkg\ndef test_clamp():\n"
+                                             "    assert pkg.clamp(1) == 1\n"},
+              base_texts={"pkg/__init__.py": exports,
+                          "pkg/number.py": "def apnumber(v):\n    return v\n",
+                          "tests/test_number.py": "import pkg\n"})
+    d = derive(f)
+    assert d.deps["tests/test_number.py"] >= {"pkg/__init__.py", "pkg/number.py"}
+    assert order_groups([["pkg/number.py", "tests/test_number.py"], ["pkg/__init__.py"]],
+                        [0.0, 1.0], d) == [["pkg/number.py", "tests/test_number.py",
+                                            "pkg/__init__.py"]]
+
+
 def test_groups_that_need_each_other_are_merged() -> None:
     f = facts({"a.py": "A", "b.py": "A"}, [("a", ["a.py"]), ("b", ["b.py"])],
               texts={"a.py": "import b\n", "b.py": "import a\n"})

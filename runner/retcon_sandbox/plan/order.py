@@ -60,13 +60,25 @@ _DEFINITION = re.compile(r"^\s*(?:pub(?:\([\w\s]*\))?\s+|export\s+(?:default\s+)
                          r"function|interface|mod)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]",
                          re.MULTILINE)
 _WORD = re.compile(r"[A-Za-z_]\w*")
+# a name a change makes importable from its module: listed alone on a line (`clamp,` in a
+# multi-line import, `"clamp",` in `__all__`), or after `import` (`from .number import clamp`),
+# or in the braces of `export { a } from` (JavaScript) or `pub use m::{a, b}` (Rust)
+_LISTED = re.compile(r"^\s*[\"']?([A-Za-z_]\w*)[\"']?\s*,\s*$", re.MULTILINE)
+_IMPORTED = re.compile(r"^\s*from\s+\S+\s+import\s+\(?([\w\s,]+)", re.MULTILINE)
+_BRACED = re.compile(r"^\s*(?:export|pub\s+use)\b[^{\n]*\{([\w\s,:]+)\}", re.MULTILINE)
 
 
 def _defines(old: str | None, new: str | None) -> frozenset[str]:
-    """The names a change defines: on the lines it adds, `def x`, `class X`, `fn x`, `x =`."""
+    """The names a change defines: on the lines it adds, `def x`, `class X`, `fn x`, `x =`,
+    and the names it re-exports (`from .number import clamp` in a package's `__init__.py`, a
+    new entry of `__all__`, `export { clamp } from`, `pub use number::clamp`): a test of
+    `humanize.clamp` needs the `__init__.py` that exports it, not only `number.py`."""
     added = "\n".join((Counter((new or "").splitlines()) -
                        Counter((old or "").splitlines())).elements())
-    return frozenset(a or b for a, b in _DEFINITION.findall(added))
+    names = {a or b for a, b in _DEFINITION.findall(added)} | set(_LISTED.findall(added))
+    for listed in (*_IMPORTED.findall(added), *_BRACED.findall(added)):
+        names |= {w for w in _WORD.findall(listed) if w != "as"}
+    return frozenset(names)
 
 
 def _needs(p: str, facts: Facts, present: set[str], base_tree: frozenset[str],
