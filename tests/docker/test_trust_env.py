@@ -138,12 +138,15 @@ def test_a_setup_that_writes_too_much_keeps_nothing(engine: DockerEngine,
     assert disk and all(int(str(e["written"])) >= 30_000_000 for e in disk), disk
 
 
-@pytest.mark.parametrize("hide", ["", " && chmod 000 /var/tmp/many"], ids=["open", "hidden"])
+@pytest.mark.parametrize("hide", ["", " && chmod 000 /var/tmp/many",
+                                  " && ln -s /bin/true /opt/venv/bin/find"],
+                         ids=["open", "hidden", "a find of its own first on PATH"])
 def test_a_setup_that_writes_too_many_files_keeps_nothing(engine: DockerEngine,
                                                           tmp_path: Path, hide: str) -> None:
     """6000 empty files take no bytes, but inodes: --setup-disk 20m allows 5120 files, counted
     before the setup is committed, so nothing is kept: in the container, or by the engine when
-    setup made a folder of its files that it cannot read."""
+    setup made a folder of its files that it cannot read. The count runs the system's `find`,
+    never one setup put first on PATH (the image's venv is the commands')."""
     spec = project(tmp_path / "many", 'setup = "mkdir /var/tmp/many && cd /var/tmp/many && '
                    f'seq 6000 | xargs touch{hide}"\ntest = "python -m pytest -q"')
     scope = scope_digest(repository_scope(Repo(spec.parent)))
@@ -153,6 +156,20 @@ def test_a_setup_that_writes_too_many_files_keeps_nothing(engine: DockerEngine,
     assert error["kind"] == "setup" and "files, over the 5120 that --setup-disk 20m allows" \
         in str(error["message"]), log
     assert not prepared(found) and not engine.images_labelled(LABEL_ENV_SCOPE, scope)
+
+
+def test_setups_files_are_counted_from_the_containers_clock(backend: DockerBackend) -> None:
+    """What `_within_files` counts, without the engine's walk of the image: the files of the
+    commands' uid whose inode changed after the clock was read, with the system's `find`."""
+    with backend.open_setup("t", "none", (), None) as box:
+        since = box.clock(30)
+        assert since is not None and float(since) > 1.7e9
+        assert box.run("mkdir /opt/venv/many && cd /opt/venv/many && touch a b c", 30).passed
+        assert box.owned_files(since, 120) == 5  # the folder, its files, and /opt/venv's entry
+        assert box.run("ln -s /bin/true /opt/venv/bin/find", 30).passed
+        assert box.owned_files(since, 120) == 7  # the link and bin/, counted by /usr/bin/find
+        assert box.owned_files(box.clock(30) or "", 120) == 0
+        assert box.owned_files("0; touch /opt/venv/x", 120) is None
 
 
 HIDDEN = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && cd $d && "  # then unreadable to others

@@ -349,7 +349,7 @@ class DockerPreparer:
         with self.git_lock:
             box.load_tree(self.repo.tree_tar(tree, self.settings.max_file_size), record=True)
         self.prepare_workspace(box, tree, version)
-        before = box.owned_files(self.settings.timeout)
+        since = box.clock(self.settings.timeout)
         cargo = cache is not None and "CARGO_HOME" in {**docker.engine.image_env(docker.image),
                                                        **docker.env}
         deadline = time.monotonic() + self.settings.setup_timeout
@@ -365,7 +365,7 @@ class DockerPreparer:
             raise SetupError("setup passed, but what it made in the workspace could not be "
                              f"kept: {kept.output.strip()[-500:]}",
                              "The image needs a writable /var/tmp.")
-        self._within_files(docker, box, before)
+        self._within_files(docker, box, since)
         started = time.monotonic()
         image = docker.commit_image(box, {
             LABEL_ENV_BASE: docker.image, LABEL_ENV_SCOPE: scope_digest(self.scope()),
@@ -374,19 +374,20 @@ class DockerPreparer:
         self._image_seconds = time.monotonic() - started  # the whole rootfs, on some drivers
         return image
 
-    def _within_files(self, docker: DockerSandboxes, box: DockerSandbox, before: int | None
+    def _within_files(self, docker: DockerSandboxes, box: DockerSandbox, since: str | None
                       ) -> None:
         """Setup's files are held to --setup-disk before anything is kept, one per FILE_BYTES
         of it, as the package cache's are: empty files take no bytes, but inodes. Setup runs
-        as the commands' uid without capabilities, so what it makes is theirs: the files of
-        theirs after it, less those `before` it (counted in the container: the engine's own
-        list of changes walks the whole image on some storage drivers, 15 s for a venv on
-        fuse-overlayfs). A file it rewrites or removes there is not counted: at most as many
-        as the image held before, which is small beside the cap. When a count fails (a
-        folder of theirs they cannot read), the engine's list is asked."""
-        after = box.owned_files(self.settings.timeout) if before is not None else None
-        files = after - before if after is not None and before is not None else \
-            docker.files_written(box)
+        as the commands' uid without capabilities, so what it makes is theirs, with an inode
+        changed after `since`, the container's clock before its first command: one walk
+        after it, in the container (the engine's own list of changes walks the whole image on
+        some storage drivers, 15 s for a venv on fuse-overlayfs; a count before setup too cost
+        2 s more there). A file it rewrites counts too. When the count fails (a folder of
+        theirs they cannot read, an image without GNU find or date), the engine's list is
+        asked."""
+        files = box.owned_files(since, self.settings.timeout) if since is not None else None
+        if files is None:
+            files = docker.files_written(box)
         most = self.policy.disk // FILE_BYTES
         if files > most:
             raise SetupError(f"setup wrote {files} files, over the {most} that --setup-disk "

@@ -144,12 +144,23 @@ class DockerSandbox(HelperSandbox):
             return [f"the wipe exited {wiped.exit_code}: {wiped.output.strip()[-200:]}"]
         return self.reset()
 
-    def owned_files(self, timeout: float) -> int | None:
-        """How many files, folders and links outside the tmpfs mounts belong to the commands'
-        uid or group: setup runs as that uid without capabilities, so everything it makes
-        does (see `Preparer._within_files`). None when that cannot be told: a folder of
-        theirs the uid cannot read (the engine's own count is asked then)."""
-        result = self.run(OWNED_FILES, timeout)
+    def clock(self, timeout: float) -> str | None:
+        """The container's clock, `seconds.nanoseconds` (the host's may differ: a remote
+        engine), for `owned_files`; None when the image's `date` cannot say it."""
+        result = self.run(CLOCK, timeout)
+        text = result.output.strip()
+        return text if result.passed and SECONDS.fullmatch(text) else None
+
+    def owned_files(self, since: str, timeout: float) -> int | None:
+        """How many files, folders and links outside the tmpfs mounts that belong to the
+        commands' uid or group were made or changed after `since` (a `clock` reading): setup
+        runs as that uid without capabilities, so everything it makes is theirs, and the
+        inode's change time is set by the kernel, never by them (see
+        `Preparer._within_files`). None when that cannot be told: a folder of theirs the uid
+        cannot read, an image without GNU find (the engine's own count is asked then)."""
+        if not SECONDS.fullmatch(since):
+            return None
+        result = self.run(owned_files_command(since), timeout)
         text = result.output.strip()
         if not result.passed or not text.isdigit():
             return None
@@ -648,11 +659,21 @@ class DockerSandboxes:
 
 
 TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its timeout
-# Every file of the commands' uid or group on the root file system (-xdev: not the tmpfs
-# mounts, /proc or /sys), one dot each; a folder of theirs it cannot read fails the count.
-OWNED_FILES = (f"n=$(find / -xdev \\( -user {COMMAND_UID} -o -group {GID} \\) \\( -type d ! "
-               "\\( -readable -executable \\) -printf X -o -printf . \\) 2>/dev/null) || true; "
-               'case "$n" in *X*) exit 3;; esac; printf %s "$n" | wc -c')
+# The system's tools, never ones setup put first on PATH (the image's venv is the commands').
+SYSTEM_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH; "
+CLOCK = f"{SYSTEM_PATH}date +%s.%N"  # the container's clock: what owned_files counts from
+SECONDS = re.compile(r"\d{9,}\.\d{9}")
+
+
+def owned_files_command(since: str) -> str:
+    """Every file of the commands' uid or group on the root file system (-xdev: not the tmpfs
+    mounts, /proc or /sys) whose inode changed after `since` (a CLOCK reading), one dot each;
+    a folder of theirs it cannot read fails the count, and so does a `find` without the GNU
+    predicates (one that could not count would say 0)."""
+    return (f"{SYSTEM_PATH}[ \"$(find / -maxdepth 0 -newerct @0 -printf .)\" = . ] || exit 4; "
+            f"n=$(find / -xdev \\( -user {COMMAND_UID} -o -group {GID} \\) -newerct @{since} "
+            "\\( -type d ! \\( -readable -executable \\) -printf X -o -printf . \\) "
+            '2>/dev/null) || true; case "$n" in *X*) exit 3;; esac; printf %s "$n" | wc -c')
 # The supervisor's line on its stderr after a --prepare in a command's exec: exit code, seconds
 # and why (hex of UTF-8), as `prepare_first` in sandbox/supervisor.py writes it.
 PREPARED_RECORD = b"retcon-sandbox-prepared"
