@@ -17,6 +17,7 @@ from retcon_sandbox.backends.docker.sandboximages import LABEL_ENV_SCOPE
 from retcon_sandbox.backends.envkeys import scope_digest
 from retcon_sandbox.repo.gitrepo import Repo
 from tests.conftest import cli
+from tests.docker.conftest import build_test_image
 from tests.docker.test_setup import RUN, events, make_project, prepared
 
 MADE: list[str] = []
@@ -170,6 +171,56 @@ def test_setups_files_are_counted_from_the_containers_clock(backend: DockerBacke
         assert box.owned_files(since, 120) == 7  # the link and bin/, counted by /usr/bin/find
         assert box.owned_files(box.clock(30) or "", 120) == 0
         assert box.owned_files("0; touch /opt/venv/x", 120) is None
+        assert box.owned_files("99999999999999999999.000000000", 120) is None
+        assert box.owned_files("١٢٣٤٥٦٧٨٩٠.١٢٣٤٥٦٧٨٩", 120) is None
+
+
+def test_what_no_walk_can_list_leaves_the_count_to_the_engine(backend: DockerBackend) -> None:
+    """A folder of theirs that they cannot list, made before the clock was read: what they
+    write below it changes nothing the walk sees, so the count refuses to say a number."""
+    with backend.open_setup("t", "none", (), None) as box:
+        made = box.run("mkdir -p /opt/venv/old/open && chmod 777 /opt/venv/old/open && "
+                       "chmod 300 /opt/venv/old", 30)
+        assert made.passed, made.output
+        since = box.clock(30)
+        assert since is not None
+        assert box.run("cd /opt/venv/old/open && seq 50 | xargs touch", 30).passed
+        assert box.owned_files(since, 120) is None
+
+
+def test_a_folder_of_the_image_they_can_write_but_not_list_fails_the_count(
+        engine: DockerEngine, backend: DockerBackend) -> None:
+    """/var/drop is root's, mode 1733 (as PHP's sessions folder): files can be made in it
+    that no walk lists, so the count refuses to say a number, and the engine's is asked."""
+    tag = "retcon-sandbox-test/drop-folder:1"
+    build_test_image(engine, tag, f"FROM {backend.image}\nRUN mkdir -m 1733 /var/drop\n")
+    try:
+        image = DockerBackend(engine, tag, backend.settings, {}, Path(backend.spec_path))
+        with image.open_setup("t", "none", (), None) as box:
+            since = box.clock(30)
+            assert since is not None
+            assert box.run("cd /var/drop && seq 50 | xargs touch", 30).passed
+            assert box.owned_files(since, 120) is None
+    finally:
+        engine.remove_image(tag)
+
+
+def test_the_count_loads_no_library_the_images_env_names(engine: DockerEngine,
+                                                        backend: DockerBackend) -> None:
+    """An image whose ENV preloads a library from a folder setup may write: the count's tools
+    load none (here the loader would say it cannot preload it, and the count be no number)."""
+    tag = "retcon-sandbox-test/preload:1"
+    build_test_image(engine, tag, f"FROM {backend.image}\nENV LD_PRELOAD=/opt/venv/lib/x.so\n")
+    try:
+        image = DockerBackend(engine, tag, backend.settings, {}, Path(backend.spec_path))
+        with image.open_setup("t", "none", (), None) as box:
+            assert "cannot be preloaded" in box.run("true", 30).output
+            since = box.clock(30)
+            assert since is not None
+            assert box.run("touch /opt/venv/made", 30).passed
+            assert box.owned_files(since, 120) == 2  # the file, and /opt/venv's new entry
+    finally:
+        engine.remove_image(tag)
 
 
 HIDDEN = "d=$PIP_CACHE_DIR/hidden; mkdir -p $d && cd $d && "  # then unreadable to others

@@ -147,7 +147,8 @@ class DockerSandbox(HelperSandbox):
     def clock(self, timeout: float) -> str | None:
         """The container's clock, `seconds.nanoseconds` (the host's may differ: a remote
         engine), for `owned_files`; None when the image's `date` cannot say it."""
-        result = self.run(CLOCK, timeout)
+        result = self._backend.run_command(self.container_id, CLOCK, timeout,
+                                           {**self._env, **SYSTEM_ENV})
         text = result.output.strip()
         return text if result.passed and SECONDS.fullmatch(text) else None
 
@@ -160,9 +161,10 @@ class DockerSandbox(HelperSandbox):
         cannot read, an image without GNU find (the engine's own count is asked then)."""
         if not SECONDS.fullmatch(since):
             return None
-        result = self.run(owned_files_command(since), timeout)
+        result = self._backend.run_command(self.container_id, owned_files_command(since),
+                                           timeout, {**self._env, **SYSTEM_ENV})
         text = result.output.strip()
-        if not result.passed or not text.isdigit():
+        if not result.passed or not (text.isascii() and text.isdigit()):
             return None
         return int(text)
 
@@ -659,21 +661,28 @@ class DockerSandboxes:
 
 
 TIMED_OUT = 124  # the supervisor's exit code when it killed a command at its timeout
-# The system's tools, never ones setup put first on PATH (the image's venv is the commands').
+# The system's tools, never ones setup put first on PATH (the image's venv is the commands'),
+# and no library an image's ENV would have them load from a folder setup may write.
 SYSTEM_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH; "
+SYSTEM_ENV = {"LD_PRELOAD": "", "LD_LIBRARY_PATH": "", "LD_AUDIT": ""}
 CLOCK = f"{SYSTEM_PATH}date +%s.%N"  # the container's clock: what owned_files counts from
-SECONDS = re.compile(r"\d{9,}\.\d{9}")
+SECONDS = re.compile(r"[0-9]{10,11}\.[0-9]{9}")
 
 
 def owned_files_command(since: str) -> str:
     """Every file of the commands' uid or group on the root file system (-xdev: not the tmpfs
-    mounts, /proc or /sys) whose inode changed after `since` (a CLOCK reading), one dot each;
-    a folder of theirs it cannot read fails the count, and so does a `find` without the GNU
-    predicates (one that could not count would say 0)."""
-    return (f"{SYSTEM_PATH}[ \"$(find / -maxdepth 0 -newerct @0 -printf .)\" = . ] || exit 4; "
-            f"n=$(find / -xdev \\( -user {COMMAND_UID} -o -group {GID} \\) -newerct @{since} "
-            "\\( -type d ! \\( -readable -executable \\) -printf X -o -printf . \\) "
-            '2>/dev/null) || true; case "$n" in *X*) exit 3;; esac; printf %s "$n" | wc -c')
+    mounts, /proc or /sys) whose inode changed after `since` (a CLOCK reading), one dot each.
+    A folder that cannot be listed but can be entered (where the uid may have written what no
+    walk sees), or one of theirs, fails the count (X); one that can be neither is skipped
+    (nothing of theirs is in it). So does any error of `find` (one that stopped half-way, one
+    without the GNU predicates, which would count nothing): the engine counts then."""
+    unlisted = "-type d ! \\( -readable -executable \\)"
+    return (f"{SYSTEM_PATH}n=$(find / -xdev \\( {unlisted} \\( -executable -o -user "
+            f"{COMMAND_UID} -o -group {GID} \\) -printf X -prune \\) -o \\( {unlisted} -prune "
+            f"\\) -o \\( \\( -user {COMMAND_UID} -o -group {GID} \\) -newerct @{since} "
+            '-printf . \\)) || exit 5; case "$n" in *X*) exit 3;; esac; printf %s "$n" | wc -c')
+
+
 # The supervisor's line on its stderr after a --prepare in a command's exec: exit code, seconds
 # and why (hex of UTF-8), as `prepare_first` in sandbox/supervisor.py writes it.
 PREPARED_RECORD = b"retcon-sandbox-prepared"
