@@ -11,7 +11,7 @@ from collections.abc import Iterable
 _PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[\w \t,]*)",
                       re.MULTILINE)
 _PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
-_RS_MOD = re.compile(r"^\s*(?:pub(?:\([\w\s]*\))?\s+)?mod\s+(\w+)\s*;", re.MULTILINE)
+_RS_MOD = re.compile(r"^[ \t]*(?:pub(?:\([\w\s]*\))?\s+)?mod\s+(\w+)\s*;", re.MULTILINE)
 _RS_USE = re.compile(r"\buse\s+(\w+)((?:::\w+)*)")
 _JS = re.compile(r"""(?:\bfrom\s+|\brequire\s*\(\s*|\bimport\s*\(?\s*)['"](\.{1,2}/[^'"]*)['"]""")
 _RS_ROOTS = ("lib.rs", "main.rs", "mod.rs")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
 
 import pytest
@@ -233,6 +234,21 @@ def test_a_test_of_a_name_a_package_newly_exports_needs_the_export(init: str, ex
                                             "pkg/__init__.py"]]
 
 
+def test_a_name_passed_in_a_call_is_no_export_and_orders_nothing() -> None:
+    """Two modules that import each other, each adding `data,` to a call: neither exports a
+    new name, so their commits are not merged."""
+    base = {"pkg/a.py": "from pkg import b\n", "pkg/b.py": "from pkg import a\n"}
+    f = facts({"pkg/a.py": "M", "pkg/b.py": "M"},
+              [("add a", ["pkg/a.py"]), ("add b", ["pkg/b.py"])],
+              texts={"pkg/a.py": "from pkg import b\nprint(\n    data,\n)\n",
+                     "pkg/b.py": "from pkg import a\nlog(\n    data,\n)\n"},
+              base_texts=base)
+    d = derive(f)
+    assert d.deps == {"pkg/a.py": set(), "pkg/b.py": set()}
+    assert order_groups([["pkg/a.py"], ["pkg/b.py"]], [0.0, 1.0], d) == [["pkg/a.py"],
+                                                                         ["pkg/b.py"]]
+
+
 def test_groups_that_need_each_other_are_merged() -> None:
     f = facts({"a.py": "A", "b.py": "A"}, [("a", ["a.py"]), ("b", ["b.py"])],
               texts={"a.py": "import b\n", "b.py": "import a\n"})
@@ -442,3 +458,21 @@ def test_a_subject_is_recased_only_where_its_first_word_is_a_plain_word(
         told: str, log: tuple[str, ...], message: str) -> None:
     f = facts({"app/parser.py": "M"}, [(told, ["app/parser.py"])], log=log)
     assert draft(f).groups[0].message == message
+
+
+@pytest.mark.parametrize("text", ["\n" * 200_000 + "x", "export {a\n" * 50_000,
+                                  "from a import (" * 30_000, "pub use " + "{" * 200_000])
+def test_what_a_change_defines_is_read_in_linear_time(text: str) -> None:
+    """Untrusted file contents: a pattern that rescans the rest of the text at every line
+    would take hours on a file of blank lines."""
+    started = time.perf_counter()
+    derive(facts({"a.py": "M"}, [("x", ["a.py"])], texts={"a.py": text},
+                 base_texts={"a.py": ""}))
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("subject", ["a" + " " * 200_000 + "b", "a " + "(" * 200_000 + " b"])
+def test_a_subject_is_read_in_linear_time(subject: str) -> None:
+    started = time.perf_counter()
+    draft(facts({"a.py": "M"}, [(subject, ["a.py"])]))
+    assert time.perf_counter() - started < 5

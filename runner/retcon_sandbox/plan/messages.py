@@ -19,7 +19,10 @@ CONVENTIONAL = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|p
 TYPE = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|revert)"
                   r"(?=(\([^)]*\))?!?: \S)", re.IGNORECASE)  # a conventional type, any case
 _FIXUP = re.compile(r"^\s*((fixup|squash|amend)! *)+", re.IGNORECASE)  # says its target's
-_WIP = re.compile(r"^\s*(wip|tmp|temp)\b[:\s-]*|[\s(:-]*\b(wip|tmp)\)?\s*$", re.IGNORECASE)
+# a leading `wip:` or a trailing `(wip)`; a trailing run starts where the run of separators
+# does (the lookbehind), so a long run of spaces costs linear time
+_WIP = re.compile(r"^\s*(wip|tmp|temp)\b[:\s-]*|(?<![\s(:-])[\s(:-]*\b(wip|tmp)\)?\s*$",
+                  re.IGNORECASE)
 THIN = {"more", "fix", "fixes", "fixed", "oops", "wip", "tmp", "again", "still", "try", "start",
         "finish", "done", "tweak", "tweaks", "nit", "nits"}
 NOISE = re.compile(

@@ -55,30 +55,39 @@ def derive(facts: Facts, touched: Mapping[str, Sequence[int]] | None = None) -> 
     return Derived(paths, status, kinds, deps, stops)
 
 
-_DEFINITION = re.compile(r"^\s*(?:pub(?:\([\w\s]*\))?\s+|export\s+(?:default\s+)?|async\s+)*"
+_DEFINITION = re.compile(r"^[ \t]*(?:pub(?:\([\w\s]*\))?\s+|export\s+(?:default\s+)?|async\s+)*"
                          r"(?:def|class|fn|struct|enum|trait|type|const|static|let|var|"
-                         r"function|interface|mod)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*[:=]",
+                         r"function|interface|mod)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*[:=]",
                          re.MULTILINE)
 _WORD = re.compile(r"[A-Za-z_]\w*")
-# a name a change makes importable from its module: listed alone on a line (`clamp,` in a
-# multi-line import, `"clamp",` in `__all__`), or after `import` (`from .number import clamp`),
-# or in the braces of `export { a } from` (JavaScript) or `pub use m::{a, b}` (Rust)
-_LISTED = re.compile(r"^\s*[\"']?([A-Za-z_]\w*)[\"']?\s*,\s*$", re.MULTILINE)
-_IMPORTED = re.compile(r"^\s*from\s+\S+\s+import\s+\(?([\w\s,]+)", re.MULTILINE)
-_BRACED = re.compile(r"^\s*(?:export|pub\s+use)\b[^{\n]*\{([\w\s,:]+)\}", re.MULTILINE)
+# What a module lets others import from it: `from .number import (a, clamp)` in a package's
+# `__init__.py`, `__all__ = [...]`, `export { a } from`, `pub use m::{a, b}`, `pub use m::a;`.
+# A list is read up to 4000 characters and never past another opening bracket, so that a
+# hostile text costs linear time.
+_EXPORTS = tuple(re.compile(pattern) for pattern in (
+    r"\bfrom[ \t]+[\w.]+[ \t]+import[ \t]*\(([^()]{0,4000})\)",
+    r"\bfrom[ \t]+[\w.]+[ \t]+import[ \t]+([\w \t,]{1,4000})",
+    r"\b__all__[ \t]*\+?=[ \t]*[\[(]([^\[\]()]{0,4000})[\])]",
+    r"\bexport[ \t]*\{([^{}]{0,4000})\}",
+    r"\bpub[ \t]+use[ \t]+[\w:]{0,4000}\{([^{}]{0,4000})\}",
+    r"\bpub[ \t]+use[ \t]+[\w:]{0,4000}::(\w+)[ \t]*;"))
+_NOT_NAMES = {"as", "self", "super", "crate"}
+
+
+def _exports(text: str) -> set[str]:
+    return {name for pattern in _EXPORTS for listed in pattern.findall(text)
+            for name in _WORD.findall(listed)} - _NOT_NAMES
 
 
 def _defines(old: str | None, new: str | None) -> frozenset[str]:
-    """The names a change defines: on the lines it adds, `def x`, `class X`, `fn x`, `x =`,
-    and the names it re-exports (`from .number import clamp` in a package's `__init__.py`, a
-    new entry of `__all__`, `export { clamp } from`, `pub use number::clamp`): a test of
-    `humanize.clamp` needs the `__init__.py` that exports it, not only `number.py`."""
+    """The names a change defines: on the lines it adds, `def x`, `class X`, `fn x`, `x =`;
+    and the names the module newly exports (`clamp` added to a package `__init__.py`'s imports
+    or `__all__`, to `export { }`, to `pub use`): a test of `humanize.clamp` needs the
+    `__init__.py` that exports it, not only `number.py`."""
     added = "\n".join((Counter((new or "").splitlines()) -
                        Counter((old or "").splitlines())).elements())
-    names = {a or b for a, b in _DEFINITION.findall(added)} | set(_LISTED.findall(added))
-    for listed in (*_IMPORTED.findall(added), *_BRACED.findall(added)):
-        names |= {w for w in _WORD.findall(listed) if w != "as"}
-    return frozenset(names)
+    defined = {a or b for a, b in _DEFINITION.findall(added)}
+    return frozenset(defined | (_exports(new or "") - _exports(old or "")))
 
 
 def _needs(p: str, facts: Facts, present: set[str], base_tree: frozenset[str],
