@@ -83,6 +83,10 @@ def test_a_large_commit_that_changes_words_is_work_however_many_files_it_touches
     ("x = 'it is'\n", "x = 'it was'\n", False),  # a string's words
     ("f(a)\nf(a)\n", "f(a)\n", False),  # a word as often as before
     ("x = 1\n", "x = 1\n", False),  # no change
+    ("d = a - b\n", "d = b - a\n", False),  # the same words, in another order
+    ("x = 1\n", "x = -1\n", False),  # an operator
+    ("if a < b:\n", "if a <= b:\n", False),
+    ("f(a, b);\n", "f(\n  a,\n  b,\n)\n", True),  # commas, semicolons and brackets
 ])
 def test_a_layout_change_keeps_every_word_as_often(old: str, new: str, laid_out: bool) -> None:
     assert layout_only(old, new) is laid_out
@@ -476,3 +480,26 @@ def test_a_subject_is_read_in_linear_time(subject: str) -> None:
     started = time.perf_counter()
     draft(facts({"a.py": "M"}, [(subject, ["a.py"])]))
     assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(("told", "subject"), [
+    ("... and then rewrite the whole parser so that it accepts every dialect we know of today",
+     "... and then rewrite the whole parser so that it accepts every..."),
+    ("1. Add the parser. 2. Add the printer, which prints what the parser made of the input",
+     "1. Add the parser. 2. Add the printer, which prints what the parser..."),
+    ("feat: " + "x" * 80, "feat: " + "x" * 63 + "..."),
+    ("add\tthe\tparser\t" * 6 + "xx", "Add " + "the parser add " * 4 + "the..."),
+])
+def test_a_shortened_subject_keeps_what_it_says(told: str, subject: str) -> None:
+    """Never an empty or one-word subject from a first `sentence`; a conventional type is
+    kept; a tab is a space (the spec would write it as two characters)."""
+    message = draft(facts({"a.py": "M"}, [(told, ["a.py"])])).groups[0].message
+    assert message.split("\n")[0] == subject and len(subject) <= 72
+
+
+def test_files_of_one_name_in_deep_folders_get_numbered_subjects() -> None:
+    deep = "src/{}/very/deeply/nested/package/folder/structure/for/the/module/__init__.py"
+    f = facts({deep.format("alpha"): "M", deep.format("bravo"): "M"},
+              [("wip", [deep.format("alpha")]), ("more", [deep.format("bravo")])])
+    assert [g.message for g in draft(f).groups] == ["Update __init__.py",
+                                                    "Update __init__.py (2)"]

@@ -53,7 +53,7 @@ from retcon_sandbox.spec.statedir import StateDir
 from retcon_sandbox.text import sanitize, sanitize_name
 
 TEXT_LIMIT = 512 * 1024  # larger files are not read (for imports and shared identifiers)
-LAYOUT_BATCH = 64  # messy commits whose two sides are read at once (is it a formatter's sweep?)
+LAYOUT_BYTES = 64 * 1024 * 1024  # read at once to tell formatters' sweeps; a larger one is none
 CODE_SUFFIXES = (".py", ".rs", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs")
 LOG_SUBJECTS = 30
 
@@ -165,23 +165,39 @@ def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _laid_out(repo: Repo, commits: tuple[MessyCommit, ...]) -> tuple[MessyCommit, ...]:
-    """The commits, each of 3 or more files that it only laid out anew marked `layout`: every
-    path modified (not added, deleted or binary), and its words kept (layout_only). Read a
-    batch of commits at a time, so that a long history is never held whole."""
-    candidates = [c for c in commits if len(c.paths) >= 3 and
-                  all(old and new and old != new for old, new in c.blobs)]
+def _laid_out(repo: Repo, commits: tuple[MessyCommit, ...], changed: set[str]
+              ) -> tuple[MessyCommit, ...]:
+    """The commits, each that only laid out anew 3 or more of the branch's changed files
+    marked `layout`: each of those modified (not added, deleted or binary; a text of at most
+    TEXT_LIMIT bytes) and its words kept (layout_only). Both sides are read up to about
+    LAYOUT_BYTES at a time, so that a long history is never held whole."""
+    candidates: list[tuple[MessyCommit, list[tuple[str, str]]]] = []
+    for commit in commits:
+        pairs = [(old, new) for path, (old, new) in zip(commit.paths, commit.blobs, strict=True)
+                 if path in changed and old and new and old != new]
+        if len(pairs) >= 3 and len(pairs) == len(changed.intersection(commit.paths)):
+            candidates.append((commit, pairs))
+    sizes = repo.blob_sizes([b for _, pairs in candidates for pair in pairs for b in pair])
+    weighed = [(commit, pairs, sum(sizes.get(b, TEXT_LIMIT + 1) for pair in pairs for b in pair))
+               for commit, pairs in candidates]
+    readable = [(c, pairs, size) for c, pairs, size in weighed if size <= LAYOUT_BYTES and all(
+        sizes.get(b, TEXT_LIMIT + 1) <= TEXT_LIMIT for pair in pairs for b in pair)]
     marked: set[int] = set()
-    for start in range(0, len(candidates), LAYOUT_BATCH):
-        batch = candidates[start:start + LAYOUT_BATCH]
-        data = repo.small_blobs([b for c in batch for pair in c.blobs for b in pair if b],
+    while readable:
+        batch: list[tuple[MessyCommit, list[tuple[str, str]]]] = []
+        total = 0
+        while readable and (not batch or total + readable[0][2] <= LAYOUT_BYTES):
+            commit, pairs, size = readable.pop(0)
+            batch.append((commit, pairs))
+            total += size
+        data = repo.small_blobs([b for _, pairs in batch for pair in pairs for b in pair],
                                 TEXT_LIMIT)
-        marked.update(id(c) for c in batch if _only_layout(c, data))
+        marked.update(id(commit) for commit, pairs in batch if _only_layout(pairs, data))
     return tuple(replace(c, layout=True) if id(c) in marked else c for c in commits)
 
 
-def _only_layout(commit: MessyCommit, data: dict[str, bytes]) -> bool:
-    for old, new in commit.blobs:
+def _only_layout(pairs: list[tuple[str, str]], data: dict[str, bytes]) -> bool:
+    for old, new in pairs:
         try:
             if not (old in data and new in data and
                     layout_only(data[old].decode("utf-8"), data[new].decode("utf-8"))):
@@ -205,7 +221,7 @@ def read_facts(target: Target) -> Facts:
                     for sha, subject, entries in repo.commit_changes(target.source, target.base))
     code_only = len(changes) > EVIDENCE_LIMIT  # folders decide: only imports are read
     if not code_only:
-        commits = _laid_out(repo, commits)
+        commits = _laid_out(repo, commits, {c.path for c in changes})
     readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
     texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
     base_texts = _texts(repo, {c.path: c.old_blob for c in readable

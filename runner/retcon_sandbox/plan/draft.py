@@ -40,7 +40,13 @@ from retcon_sandbox.plan.evidence import (
 )
 from retcon_sandbox.plan.facts import Facts
 from retcon_sandbox.plan.kinds import ROLES, name_key, role
-from retcon_sandbox.plan.messages import conventional, describe, kind_of_group, message_for
+from retcon_sandbox.plan.messages import (
+    conventional,
+    describe,
+    kind_of_group,
+    message_for,
+    unique,
+)
 from retcon_sandbox.plan.order import Derived, derive, order_groups
 from retcon_sandbox.text import sanitize_name
 
@@ -339,7 +345,8 @@ def _messages(facts: Facts, d: Derived, groups: list[list[str]]) -> list[Group]:
                   any(q in d.deps.get(t, ()) for t in group)]
         message, hints = message_for(group, facts, d, style, tested)
         if message.split("\n", 1)[0] in subjects:  # an earlier commit has these words: say
-            message = describe(group, facts, d, style)  # what this one changes
+            message = describe(group, facts, d, style, tested)  # what this one changes
+        message = unique(message, subjects)
         subjects.add(message.split("\n", 1)[0])
         out.append(Group(tuple(group), message, hints, kind_of_group(group, d)))
     return out

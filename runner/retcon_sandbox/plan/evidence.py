@@ -27,7 +27,7 @@ FORMATTING = re.compile(r"\b(format(ting|ted)?|fmt|black|prettier|rustfmt|isort|
                         r"autopep8|yapf|style|whitespace)\b", re.IGNORECASE)
 FIXUP = re.compile(r"^(fixup|squash|amend)! +(.*)$", re.DOTALL)
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}|\d+(?:\.\d+)+")
-WORD = re.compile(r"\w+")
+SIGNS = re.compile(r"\w+|[^\w\s\"'`,;()\[\]{}\\]")  # words, and what a formatter keeps
 LINE_MIN = 8  # shorter changed lines (`}`, `return x`) say nothing of where they came from
 
 
@@ -55,10 +55,16 @@ def sweeps(facts: Facts) -> set[int]:
 
 
 def layout_only(old: str, new: str) -> bool:
-    """Whether a change keeps every word of a file (names, numbers, the words of its strings
-    and comments), each as often: it moves only whitespace, punctuation or whole lines, as a
-    formatter or an import sorter does."""
-    return old != new and Counter(WORD.findall(old)) == Counter(WORD.findall(new))
+    """Whether a change only lays a file out anew, as a formatter or an import sorter does:
+    its words and operators in the same order (what changed is whitespace, quotes, commas,
+    semicolons, brackets), or its lines the same but moved. `a - b` to `b - a`, `1` to `-1`
+    and `<` to `<=` are changes; re-indenting a Python block is not told apart."""
+    if old == new:
+        return False
+    if SIGNS.findall(old) == SIGNS.findall(new):
+        return True
+    return Counter(" ".join(line.split()) for line in old.splitlines() if line.strip()) == \
+        Counter(" ".join(line.split()) for line in new.splitlines() if line.strip())
 
 
 def _fixup_targets(facts: Facts) -> dict[int, int]:

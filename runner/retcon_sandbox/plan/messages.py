@@ -40,7 +40,7 @@ def conventional(subjects: Iterable[str]) -> bool:
 
 def useful(subject: str) -> str | None:
     """What a messy subject says of its commit, or None: `fixup! X` says what X says."""
-    subject = _FIXUP.sub("", sanitize(subject)).strip()
+    subject = " ".join(_FIXUP.sub("", sanitize(subject)).split())  # tabs, runs of spaces
     text = _WIP.sub("", subject).strip()
     if CONVENTIONAL.match(subject):
         return subject.strip()
@@ -92,15 +92,29 @@ def _cased(subject: str, upper: bool) -> str:
 
 def fitted(subject: str) -> tuple[str, str]:
     """A subject of at most SUBJECT_MAX characters, and the whole text as a body when it had
-    to be shortened: its first sentence, else its words up to the limit."""
+    to be shortened: its first sentence when that says something (three words or more), else
+    its words up to the limit, or its characters when a word would leave less than half."""
     if len(subject) <= SUBJECT_MAX:
         return subject, ""
     first = re.split(r"(?<=[.!?])\s+", subject, maxsplit=1)[0].rstrip(".")
-    if len(first) > SUBJECT_MAX:
-        cut = first[:SUBJECT_MAX - 3]
-        first = (cut.rsplit(" ", 1)[0] if " " in cut.strip() else cut).rstrip(" ,;:-") + "..."
+    if len(first) > SUBJECT_MAX or len(first.split()) < 3:
+        cut = subject[:SUBJECT_MAX - 3]
+        words = cut.rsplit(" ", 1)[0].rstrip(" ,;:-")
+        first = (words if len(words) >= SUBJECT_MAX // 2 else cut.rstrip()) + "..."
     return first, textwrap.fill(subject, SUBJECT_MAX, break_long_words=False,
                                 break_on_hyphens=False)
+
+
+def unique(message: str, taken: set[str]) -> str:
+    """The message, its subject numbered (`Update __init__.py (2)`) while an earlier commit
+    has it, within SUBJECT_MAX characters."""
+    subject, _, rest = message.partition("\n")
+    number, candidate = 1, subject
+    while candidate in taken:
+        number += 1
+        suffix = f" ({number})"
+        candidate = fitted(subject[:SUBJECT_MAX - len(suffix)].rstrip())[0] + suffix
+    return candidate + (f"\n{rest}" if rest else "")
 
 
 def kind_of_group(paths: list[str], d: Derived) -> str:
