@@ -345,7 +345,7 @@ def _messages(facts: Facts, d: Derived, groups: list[list[str]]) -> list[Group]:
                   any(q in d.deps.get(t, ()) for t in group)]
         message, hints = message_for(group, facts, d, style, tested)
         if message.split("\n", 1)[0] in subjects:  # an earlier commit has these words: say
-            message = describe(group, facts, d, style, tested)  # what this one changes
+            message = describe(group, facts, d, style)  # what this one changes: its files
         message = unique(message, subjects)
         subjects.add(message.split("\n", 1)[0])
         out.append(Group(tuple(group), message, hints, kind_of_group(group, d)))
