@@ -503,3 +503,12 @@ def test_files_of_one_name_in_deep_folders_get_numbered_subjects() -> None:
               [("wip", [deep.format("alpha")]), ("more", [deep.format("bravo")])])
     assert [g.message for g in draft(f).groups] == ["Update __init__.py",
                                                     "Update __init__.py (2)"]
+
+
+def test_a_rename_is_never_named_from_a_name_to_the_same_name() -> None:
+    old, new = "index.js", "source/index.js"
+    changes = {old: "D", new: "A", **{f"lib/part_{n}/long_module_name_here.js": "M"
+                                       for n in range(3)}}
+    f = facts(changes, [("wip", list(changes))], blobs={old: ("abc1", None), new: (None, "abc1")})
+    subject = describe(list(changes), f, derive(f, None), False)
+    assert subject == "Rename index.js to source/index.js; update 3 files in lib"

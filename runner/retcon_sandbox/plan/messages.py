@@ -143,7 +143,8 @@ def _changes(paths: list[str], facts: Facts, d: Derived, level: int) -> str:
         for key in (blobs[gone][0], gone.rsplit("/", 1)[-1]):
             new = next((n for n in added.get(key or "", ()) if n not in renamed), None)
             if new is not None:
-                parts.append(f"rename {_names([gone], level)} to {_names([new], level)}")
+                named = level if _names([gone], level) != _names([new], level) else 1
+                parts.append(f"rename {_names([gone], named)} to {_names([new], named)}")
                 renamed |= {gone, new}
                 break
     for verb, status in (("add", "A"), ("remove", "D"), ("update", "M")):
