@@ -51,6 +51,7 @@ MAX_DEPTH = 256  # how deep `clear` goes: what lies deeper stays (and the sandbo
 PREPARED_RECORD = "retcon-sandbox-prepared"  # stderr, after `prepare_first`: code, seconds, why
 # (hex of UTF-8); the host reads it apart from the output (backends/docker/sandboxes.py)
 PREPARE_S = 60.0  # the longest the git metadata may take (the host waits 15 s more)
+WAKE_S = 0.25  # the longest `wait` sleeps before it looks at its child again
 GONE_S = 5.0  # the longest `wipe` waits for the killed processes to be reaped
 TYPE_CHECKING = False  # no `typing` import: it would cost every command's exec
 if TYPE_CHECKING:  # `--prepare`'s: git metadata or not, the tag, the distance, the tree's entries
@@ -141,7 +142,9 @@ def wait(pid: int, timeout: float | None = None) -> int | None:
     """The child's exit code (`exit_code`), or None when `timeout` seconds passed first. No
     signal handler: SIGCHLD is waited for while blocked (a stray one, which the commands' uid
     may send, only wakes the loop), so nothing a command sends can cut the supervisor short
-    of its clean-up."""
+    of its clean-up. Each wait lasts at most WAKE_S: in a process with other threads (a test
+    calling this), the kernel may hand the child's SIGCHLD to a thread that does not block
+    it, and this one would sleep to the deadline."""
     if timeout is None:
         return exit_code(os.waitpid(pid, 0)[1])
     deadline = time.monotonic() + timeout
@@ -154,7 +157,7 @@ def wait(pid: int, timeout: float | None = None) -> int | None:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            signal.sigtimedwait([signal.SIGCHLD], left)
+            signal.sigtimedwait([signal.SIGCHLD], min(left, WAKE_S))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

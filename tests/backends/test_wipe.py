@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -176,3 +177,43 @@ def _ends(pid: int) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_child_is_waited_for_from_a_thread_whose_sigchld_another_thread_takes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waiting thread blocks SIGCHLD but between its waits; the main thread does not, so
+    the kernel hands it a SIGCHLD that comes then, and it ignores it. `wait` still sees the
+    child end: CI once waited the whole 60 s of a git step so, in a test calling make_git.
+    Here the first look at the child returns only once it has ended and its SIGCHLD is gone."""
+    real = os.waitpid
+    looked: list[int] = []
+
+    def late(pid: int, options: int) -> tuple[int, int]:
+        if not looked:
+            looked.append(pid)
+            while not _zombie(pid):
+                time.sleep(0.01)
+            time.sleep(0.2)  # the main thread takes the signal
+            return 0, 0
+        return real(pid, options)
+
+    found: list[int | None] = []
+
+    def child_and_wait() -> None:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            pid = supervisor.spawn(["true"], "/", dict(os.environ), devnull, devnull)
+            found.append(supervisor.wait(pid, 20))
+        finally:
+            os.close(devnull)
+
+    monkeypatch.setattr(os, "waitpid", late)
+    worker = threading.Thread(target=child_and_wait, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert looked and found == [0]
+
+
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(") ", 1)[1].startswith("Z")
