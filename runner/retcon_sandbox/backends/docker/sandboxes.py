@@ -147,8 +147,7 @@ class DockerSandbox(HelperSandbox):
     def clock(self, timeout: float) -> str | None:
         """The container's clock, `seconds.nanoseconds` (the host's may differ: a remote
         engine), for `owned_files`; None when the image's `date` cannot say it."""
-        result = self._backend.run_command(self.container_id, CLOCK, timeout,
-                                           {**self._env, **SYSTEM_ENV})
+        result = self._run_system(CLOCK, timeout)
         text = result.output.strip()
         return text if result.passed and SECONDS.fullmatch(text) else None
 
@@ -161,12 +160,17 @@ class DockerSandbox(HelperSandbox):
         cannot read, an image without GNU find (the engine's own count is asked then)."""
         if not SECONDS.fullmatch(since):
             return None
-        result = self._backend.run_command(self.container_id, owned_files_command(since),
-                                           timeout, {**self._env, **SYSTEM_ENV})
+        result = self._run_system(owned_files_command(since), timeout)
         text = result.output.strip()
         if not result.passed or not (text.isascii() and text.isdigit()):
             return None
         return int(text)
+
+    def _run_system(self, command: str, timeout: float) -> CommandResult:
+        """`command` as the commands' uid, with no library the image's ENV would preload
+        (SYSTEM_ENV); the command sets SYSTEM_PATH itself."""
+        return self._backend.run_command(self.container_id, command, timeout,
+                                         {**self._env, **SYSTEM_ENV})
 
     def _still_alive(self, command: str) -> None:
         """A command that could not run (126, 127: also what a failed exec reports) or was
