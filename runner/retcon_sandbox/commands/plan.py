@@ -155,14 +155,19 @@ def default_remote(repo: Repo, source: str, source_sha: str) -> str:
 def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
     """path -> blob read as UTF-8 text: those under TEXT_LIMIT that are text."""
     data = repo.small_blobs(list(wanted.values()), TEXT_LIMIT)
-    out = {}
-    for path, blob in wanted.items():
-        if blob in data:
-            try:
-                out[path] = data[blob].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-    return out
+    return {path: text for path, blob in wanted.items()
+            if (text := _decoded(data, blob)) is not None}
+
+
+def _decoded(data: dict[str, bytes], blob: str) -> str | None:
+    """`blob` of `data` as UTF-8 text, or None: not read, or not text."""
+    try:
+        return data[blob].decode("utf-8") if blob in data else None
+    except UnicodeDecodeError:
+        return None
+
+
+Pairs = list[tuple[str, str]]  # a messy commit's changed files: the blob before, and after
 
 
 def _laid_out(repo: Repo, commits: tuple[MessyCommit, ...], changed: set[str]
@@ -171,40 +176,41 @@ def _laid_out(repo: Repo, commits: tuple[MessyCommit, ...], changed: set[str]
     marked `layout`: each of those modified (not added, deleted or binary; a text of at most
     TEXT_LIMIT bytes) and its words kept (layout_only). Both sides are read up to about
     LAYOUT_BYTES at a time, so that a long history is never held whole."""
-    candidates: list[tuple[MessyCommit, list[tuple[str, str]]]] = []
+    candidates: list[tuple[MessyCommit, Pairs]] = []
     for commit in commits:
         pairs = [(old, new) for path, (old, new) in zip(commit.paths, commit.blobs, strict=True)
                  if path in changed and old and new and old != new]
         if len(pairs) >= 3 and len(pairs) == len(changed.intersection(commit.paths)):
             candidates.append((commit, pairs))
     sizes = repo.blob_sizes([b for _, pairs in candidates for pair in pairs for b in pair])
-    weighed = [(commit, pairs, sum(sizes.get(b, TEXT_LIMIT + 1) for pair in pairs for b in pair))
-               for commit, pairs in candidates]
-    readable = [(c, pairs, size) for c, pairs, size in weighed if size <= LAYOUT_BYTES and all(
-        sizes.get(b, TEXT_LIMIT + 1) <= TEXT_LIMIT for pair in pairs for b in pair)]
     marked: set[int] = set()
-    while readable:
-        batch: list[tuple[MessyCommit, list[tuple[str, str]]]] = []
-        total = 0
-        while readable and (not batch or total + readable[0][2] <= LAYOUT_BYTES):
-            commit, pairs, size = readable.pop(0)
-            batch.append((commit, pairs))
-            total += size
-        data = repo.small_blobs([b for _, pairs in batch for pair in pairs for b in pair],
-                                TEXT_LIMIT)
-        marked.update(id(commit) for commit, pairs in batch if _only_layout(pairs, data))
+    batch: list[tuple[MessyCommit, Pairs]] = []
+    total = 0
+    for commit, pairs in candidates:
+        each = [sizes.get(b, TEXT_LIMIT + 1) for pair in pairs for b in pair]
+        if max(each) > TEXT_LIMIT or sum(each) > LAYOUT_BYTES:
+            continue
+        if batch and total + sum(each) > LAYOUT_BYTES:
+            marked |= _layout_commits(repo, batch)
+            batch, total = [], 0
+        batch.append((commit, pairs))
+        total += sum(each)
+    marked |= _layout_commits(repo, batch)
     return tuple(replace(c, layout=True) if id(c) in marked else c for c in commits)
 
 
-def _only_layout(pairs: list[tuple[str, str]], data: dict[str, bytes]) -> bool:
-    for old, new in pairs:
-        try:
-            if not (old in data and new in data and
-                    layout_only(data[old].decode("utf-8"), data[new].decode("utf-8"))):
-                return False
-        except UnicodeDecodeError:
-            return False
-    return True
+def _layout_commits(repo: Repo, batch: list[tuple[MessyCommit, Pairs]]) -> set[int]:
+    """The ids of the commits of `batch` whose every pair is only laid out anew."""
+    if not batch:
+        return set()
+    data = repo.small_blobs([b for _, pairs in batch for pair in pairs for b in pair],
+                            TEXT_LIMIT)
+
+    def laid_out(pairs: Pairs) -> bool:
+        texts = ((_decoded(data, old), _decoded(data, new)) for old, new in pairs)
+        return all(a is not None and b is not None and layout_only(a, b) for a, b in texts)
+
+    return {id(commit) for commit, pairs in batch if laid_out(pairs)}
 
 
 def read_facts(target: Target) -> Facts:

@@ -63,8 +63,12 @@ def layout_only(old: str, new: str) -> bool:
         return False
     if SIGNS.findall(old) == SIGNS.findall(new):
         return True
-    return Counter(" ".join(line.split()) for line in old.splitlines() if line.strip()) == \
-        Counter(" ".join(line.split()) for line in new.splitlines() if line.strip())
+    return _lines(old) == _lines(new)
+
+
+def _lines(text: str) -> Counter[str]:
+    """A text's lines that hold anything, each with its runs of whitespace as one space."""
+    return Counter(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 def _fixup_targets(facts: Facts) -> dict[int, int]:

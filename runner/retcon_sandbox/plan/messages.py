@@ -14,10 +14,9 @@ from retcon_sandbox.text import sanitize, sanitize_name
 SUBJECTS_SHOWN = 6  # messy subjects quoted in a commit's hints
 SUBJECT_MAX = 72  # a drafted subject's characters at most; the whole text goes in the body
 
-CONVENTIONAL = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|"
-                          r"revert)(\([^)]*\))?!?: \S")
-TYPE = re.compile(r"^(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|revert)"
-                  r"(?=(\([^)]*\))?!?: \S)", re.IGNORECASE)  # a conventional type, any case
+_TYPES = r"(feat|fix|docs|test|tests|refactor|chore|build|ci|perf|style|revert)"
+CONVENTIONAL = re.compile(rf"^{_TYPES}(\([^)]*\))?!?: \S")
+TYPE = re.compile(rf"^{_TYPES}(?=(\([^)]*\))?!?: \S)", re.IGNORECASE)  # a type, any case
 _FIXUP = re.compile(r"^\s*((fixup|squash|amend)! *)+", re.IGNORECASE)  # says its target's
 # a leading `wip:` or a trailing `(wip)`; a trailing run starts where the run of separators
 # does (the lookbehind), so a long run of spaces costs linear time
@@ -113,7 +112,7 @@ def unique(message: str, taken: set[str]) -> str:
     while candidate in taken:
         number += 1
         suffix = f" ({number})"
-        candidate = fitted(subject[:SUBJECT_MAX - len(suffix)].rstrip())[0] + suffix
+        candidate = subject[:SUBJECT_MAX - len(suffix)].rstrip() + suffix
     return candidate + (f"\n{rest}" if rest else "")
 
 
