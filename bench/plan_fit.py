@@ -206,7 +206,9 @@ def ari(ex: Example) -> float:
 
 
 def linked(ex: Example) -> bool:
-    return "structure" in drafting.group_files(ex.facts).how
+    """Whether the draft groups the branch by structure, not by cutting its timeline (whose
+    `how` names structure too)."""
+    return drafting.group_files(ex.facts).timeline is None
 
 
 def fit_threshold(data: Sequence[Example]) -> float:
