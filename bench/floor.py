@@ -17,7 +17,9 @@ turns, git, start-up). With --against, each range runs again right after with an
 checkout's code (e.g. main's), back to back on the same load (a version whose `setup_ready` does
 not say how long the commands took has it read from its `setup_command` and `setup_output`
 events' times). The machine's load is printed with each: on a shared machine the ratio is
-inflated by it. Nothing is asserted: these are figures to read.
+inflated by it. The modules' bytecode is kept, as in an install (bench/against.py's
+`as_installed`), even where PYTHONDONTWRITEBYTECODE is set. Nothing is asserted: these are
+figures to read.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from against import python_path  # bench/against.py, beside this script
+from against import as_installed, python_path  # bench/against.py, beside this script
 
 from tests.fake_openai import FakeOpenAI, Step, call
 
@@ -151,10 +153,11 @@ def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
     repo, originals = make_repo(case, mirrors, work / (label or "this"))
     load = os.getloadavg()[0]
     with FakeOpenAI([], respond=responder(originals)) as model:
-        env = {**os.environ, **DATES, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "bench",
-               "RETCON_SANDBOX_MODEL": "fake-model",
-               **({"PYTHONPATH": str(runner)} if runner is not None else {})}
-        started = time.monotonic()
+        path = {"PYTHONPATH": str(runner)} if runner is not None else {}
+        env = {**as_installed({**os.environ, **path}),
+               **DATES, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "bench",
+               "RETCON_SANDBOX_MODEL": "fake-model"}
+        started, started_at = time.monotonic(), time.time()
         proc = subprocess.run([sys.executable, "-m", "retcon_sandbox", "execute",
                                str(repo.parent / f"{case.name}.toml"), "--repo", str(repo),
                                "--json",
@@ -162,7 +165,7 @@ def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
                                str(case.timeout), *([] if case.build else ["--skip", "build"]),
                                *(a for net in ALLOW for a in ("--setup-allow-address", net))],
                               env=env, capture_output=True, text=True)
-        wall = time.monotonic() - started
+        wall, ended_at = time.monotonic() - started, time.time()
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     (repo.parent / f"{case.name}.events.jsonl").write_text(proc.stdout)
     if proc.returncode != 0:
@@ -182,14 +185,16 @@ def measure(case: Case, mirrors: Path, work: Path, runner: Path | None = None,
                     if e["event"] == "sandbox" and e.get("number") not in ahead)
     floor = commands + setups
     rest = wall - floor - (setup_all - setups) - sandboxes
+    start_up = float(events[0]["time"]) - started_at if events else 0.0
+    shut_down = ended_at - float(events[-1]["time"]) if events else 0.0
     name = f"{case.name}{f' ({label})' if label else ''}"
     print(f"{name:24} {len(originals)} commits  wall {wall:7.1f} s  floor {floor:7.1f} s "
           f"(commands {commands:.1f}, {len(ready)} setups {setups:.1f})  ratio "
           f"{wall / floor if floor else float('nan'):5.2f}   load {load:.1f}")
     images = sum(float(e.get("image", 0)) for e in ready)
     print(f"{'':24} beyond the floor: setups' own steps {setup_all - setups:.1f} s (committing "
-          f"images {images:.1f} s), sandboxes waited for {sandboxes:.1f} s, the rest {rest:.1f} s",
-          flush=True)
+          f"images {images:.1f} s), sandboxes waited for {sandboxes:.1f} s, the rest {rest:.1f} s "
+          f"(of which start-up {start_up:.1f} s, shut-down {shut_down:.1f} s)", flush=True)
 
 
 def main() -> None:

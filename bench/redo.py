@@ -13,7 +13,9 @@ and the clock around the process:
 - commits: from `branch_created` to `summary` (taking the paths, making the commits, the cached
   verdicts);
 - shut-down: from `summary` to the process's exit;
-and the CPU seconds the redo used (its own and its children's: git). With `--against`, the same
+and the CPU seconds the redo used (its own and its children's: git). The modules' bytecode is
+kept, as in an install (bench/against.py's `as_installed`), even where PYTHONDONTWRITEBYTECODE is
+set. With `--against`, the same
 redo runs that checkout's code (bench/against.py, in this interpreter) on a
 demo of its own, alternating with this one, so both see the same load. The machine's load is
 printed: on a shared machine the figures are inflated by it. Nothing is asserted.
@@ -32,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from against import python_path  # bench/against.py, beside this script
+from against import as_installed, python_path  # bench/against.py, beside this script
 
 HERE = Path(__file__).resolve().parent.parent
 PARTS = ("start-up", "preflight", "commits", "shut-down", "wall", "CPU")
@@ -42,9 +44,9 @@ MAKE = ("import sys; from pathlib import Path; from retcon_sandbox.commands.demo
 
 class Checkout:
     def __init__(self, path: Path, work: Path, name: str) -> None:
-        self.env = {**os.environ, "PYTHONPATH": str(path),
-                    "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-                    "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+        who = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+               "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+        self.env = as_installed({**os.environ, "PYTHONPATH": str(path), **who})
         self.name = name
         self.demo = work / name
         subprocess.run([sys.executable, "-c", MAKE, str(self.demo)], check=True, env=self.env)
