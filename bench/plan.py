@@ -4,6 +4,7 @@ first-parent ranges of public projects (bench/plan_ranges.toml) made messy three
 
     python3 bench/plan.py [--mirrors DIR] [--mode sequential|shuffled|human] [--only TEXT]
     python3 bench/plan.py --fetch     # clone the listed projects where GitHub answers
+    python3 bench/plan.py --ranges bench/plan_heldout.toml   # projects the fit never saw
 
 Gold puts each changed file in the last real commit that touched it. Each draft and baseline
 is scored on: the adjusted Rand index of the file-to-commit assignment (ARI: 1 = the gold
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realhistory import (
     MODES,
+    RANGES,
     Range,
     build,
     fetch_repos,
@@ -173,11 +175,13 @@ def main() -> None:
     parser.add_argument("--mirrors", help="a folder holding the projects' git directories")
     parser.add_argument("--mode", choices=MODES, action="append")
     parser.add_argument("--only", help="only the ranges whose name contains this")
+    parser.add_argument("--ranges", type=Path, default=RANGES,
+                        help="the ranges to draft (default: bench/plan_ranges.toml)")
     parser.add_argument("--fetch", action="store_true", help="clone the projects, then stop")
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--quiet", action="store_true", help="the summary only")
     args = parser.parse_args()
-    ranges = [r for r in load_ranges() if not args.only or args.only in r.name]
+    ranges = [r for r in load_ranges(args.ranges) if not args.only or args.only in r.name]
     roots = mirror_roots(args.mirrors)
     if args.fetch:
         fetch_repos(ranges, roots[0])

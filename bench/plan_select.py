@@ -1,6 +1,11 @@
 """Choose the planner benchmark's real ranges, reproducibly: this wrote bench/plan_ranges.toml.
 
     python3 bench/plan_select.py [--mirrors DIR] > bench/plan_ranges.toml
+    python3 bench/plan_select.py --held-out [--mirrors DIR] > bench/plan_heldout.toml
+
+`--held-out` draws the same way from six other projects (HELD_OUT), which the draft's weights
+are never fitted on: `python3 bench/plan.py --ranges bench/plan_heldout.toml` shows what a
+project the planner has not seen can expect.
 
 For each project, windows of 5 to 12 consecutive first-parent commits are drawn at random
 (seeded by the project's name) from its last 600, and the first three that qualify are kept:
@@ -39,6 +44,15 @@ PROJECTS: dict[str, dict[str, str]] = {
     "tj/commander.js": {"language": "javascript"},
     "chalk/chalk": {"language": "javascript"},
     "expressjs/express": {"language": "javascript"},
+}
+# projects kept apart: never in bench/plan_fit.py's fit (bench/plan_heldout.toml)
+HELD_OUT: dict[str, dict[str, str]] = {
+    "pallets/click": {"language": "python"},
+    "python-poetry/tomlkit": {"language": "python"},
+    "dtolnay/thiserror": {"language": "rust"},
+    "sharkdp/hexyl": {"language": "rust"},
+    "sindresorhus/ky": {"language": "javascript"},
+    "yargs/yargs-parser": {"language": "javascript"},
 }
 PER_PROJECT = 3
 HISTORY = 600
@@ -82,11 +96,14 @@ def choose(repo: str, gitdir: Path) -> list[tuple[str, list[str]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mirrors")
+    parser.add_argument("--held-out", action="store_true", help="the projects kept apart")
     args = parser.parse_args()
     roots = mirror_roots(args.mirrors)
-    print("# The planner benchmark's real ranges: written by bench/plan_select.py (see there).")
+    kind = "held-out" if args.held_out else "real"
+    print(f"# The planner benchmark's {kind} ranges: written by bench/plan_select.py "
+          f"{'--held-out ' if args.held_out else ''}(see there).")
     print("# Each is `commits`, first-parent and oldest first, on top of `base`.")
-    for repo, info in PROJECTS.items():
+    for repo, info in (HELD_OUT if args.held_out else PROJECTS).items():
         gitdir = find_mirror(repo, roots)
         for index, (base, commits) in enumerate(choose(repo, gitdir), 1):
             r = Range(f"{repo}#{index}", repo, info["language"], base, tuple(commits))
