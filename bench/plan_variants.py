@@ -121,15 +121,12 @@ def with_segments(ex: Example) -> Any:
 
 def expected_cut(units: Sequence[Sequence[str]], goes_on: Sequence[float], fewest: int,
                  most: int) -> list[list[str]]:
+    """The weakest joins cut, as many as the joins' chances of not going on add up to: their
+    chances moved below 1/2 and the others' above, in the same order, for the draft's cut."""
     count = round(sum(1 - p for p in goes_on))
-    weakest = sorted(range(len(goes_on)), key=lambda i: (goes_on[i], i))
-    cuts = set(weakest[:max(fewest - 1, min(most - 1, count))])
-    out: list[list[str]] = []
-    for i, unit in enumerate(units):
-        if i == 0 or i - 1 in cuts:
-            out.append([])
-        out[-1].extend(unit)
-    return out
+    weakest = set(sorted(range(len(goes_on)), key=lambda i: (goes_on[i], i))[:count])
+    moved = [0.49 * p if i in weakest else 0.51 + 0.49 * p for i, p in enumerate(goes_on)]
+    return cluster.cut(units, moved, fewest, most)
 
 
 # --- moves and folders first ---------------------------------------------------------------------
