@@ -227,6 +227,27 @@ def fit_all(data: Sequence[Example]) -> tuple[dict[str, float], dict[str, float]
     return weights.PAIR, weights.GOES_ON, weights.LINK
 
 
+def held_out(data: Sequence[Example]) -> dict[tuple[str, str], float]:
+    """(range, mode) -> the ARI of its draft with weights fitted on the other projects only
+    (the weights are left fitted on the last fold: fit_all again before drafting)."""
+    held: dict[tuple[str, str], float] = {}
+    for project in sorted({ex.project for ex in data}):
+        fit_all([ex for ex in data if ex.project != project])
+        held.update({(ex.name, ex.mode): ari(ex) for ex in data if ex.project == project})
+    return held
+
+
+def load(mirrors: str | None, cache: str | None) -> list[Example]:
+    """The branches' examples, from `cache` when it exists (and written to it when not)."""
+    if cache and Path(cache).exists():
+        data: list[Example] = pickle.loads(Path(cache).read_bytes())
+        return data
+    data = list(examples(mirrors))
+    if cache:
+        Path(cache).write_bytes(pickle.dumps(data))
+    return data
+
+
 # --- output --------------------------------------------------------------------------------------
 
 
@@ -250,19 +271,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="rewrite plan/weights.py")
     parser.add_argument("--cache", help="keep the branches' facts in this file between runs")
     args = parser.parse_args()
-    if args.cache and Path(args.cache).exists():
-        data = pickle.loads(Path(args.cache).read_bytes())
-    else:
-        data = list(examples(args.mirrors))
-        if args.cache:
-            Path(args.cache).write_bytes(pickle.dumps(data))
-    projects = sorted({ex.project for ex in data})
-    held: dict[tuple[str, str], float] = {}
-    for project in projects:
-        fit_all([ex for ex in data if ex.project != project])
-        for ex in data:
-            if ex.project == project:
-                held[(ex.name, ex.mode)] = ari(ex)
+    data = load(args.mirrors, args.cache)
+    held = held_out(data)
     pair, goes_on, threshold = fit_all(data)
     print("| mode | ARI, weights fitted on all | ARI, fitted without the range's project |")
     print("|---|---:|---:|")

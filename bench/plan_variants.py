@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import pickle
 import subprocess
 import sys
 from collections import Counter
@@ -68,10 +67,7 @@ def patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
 
 def evaluate(data: Sequence[Example]) -> dict[str, tuple[float, float]]:
     """Mode -> mean ARI with weights fitted on all, and fitted without the range's project."""
-    held: dict[tuple[str, str], float] = {}
-    for project in sorted({ex.project for ex in data}):
-        plan_fit.fit_all([ex for ex in data if ex.project != project])
-        held.update({(ex.name, ex.mode): plan_fit.ari(ex) for ex in data if ex.project == project})
+    held = plan_fit.held_out(data)
     plan_fit.fit_all(data)
     return {mode: (mean(plan_fit.ari(ex) for ex in data if ex.mode == mode),
                    mean(held[(ex.name, mode)] for ex in data if ex.mode == mode))
@@ -125,8 +121,8 @@ def expected_cut(units: Sequence[Sequence[str]], goes_on: Sequence[float], fewes
     chances moved below 1/2 and the others' above, in the same order, for the draft's cut."""
     count = round(sum(1 - p for p in goes_on))
     weakest = set(sorted(range(len(goes_on)), key=lambda i: (goes_on[i], i))[:count])
-    moved = [0.49 * p if i in weakest else 0.51 + 0.49 * p for i, p in enumerate(goes_on)]
-    return cluster.cut(units, moved, fewest, most)
+    chances = [0.49 * p if i in weakest else 0.51 + 0.49 * p for i, p in enumerate(goes_on)]
+    return cluster.cut(units, chances, fewest, most)
 
 
 # --- moves and folders first ---------------------------------------------------------------------
@@ -231,12 +227,7 @@ def main() -> None:
     parser.add_argument("--cache", help="keep the branches' facts in this file between runs")
     parser.add_argument("--variant", choices=VARIANTS, action="append")
     args = parser.parse_args()
-    if args.cache and Path(args.cache).exists():
-        data: list[Example] = pickle.loads(Path(args.cache).read_bytes())
-    else:
-        data = list(plan_fit.examples(args.mirrors))
-        if args.cache:
-            Path(args.cache).write_bytes(pickle.dumps(data))
+    data = plan_fit.load(args.mirrors, args.cache)
     kept = (weights.PAIR, weights.GOES_ON, weights.LINK)
     print("| variant | " + " | ".join(f"{m} ARI, fitted on all | {m}, without the project"
                                       for m in MODES) + " |")
