@@ -2,7 +2,7 @@
 real ranges (bench/plan_ranges.toml, made `shuffled` as in bench/plan.py): how far structure
 tells which files share a commit, and whether anything tells the commits' order.
 
-    python3 bench/plan_signals.py [--mirrors DIR] [--only TEXT]
+    python3 bench/plan_signals.py [--mirrors DIR] [--only TEXT] [--ranges FILE]
 
 It prints:
 1. the pair model's ranking power: per range, the area under the ROC curve of the draft's pair
@@ -10,8 +10,9 @@ It prints:
 2. where each role's files fall in the gold order (0 is the first commit, 1 the last);
 3. what imports and definitions order (plan/order.py): of the pairs "a needs b" in different
    gold commits, the share where b's commit is first;
-4. the order agreement of the draft's own groups under other ranks: by role (the draft), by
-   path, by path reversed, none (the draft's order of needs only), largest first.
+4. the order agreement of the draft's own groups under other ranks: smaller work first (the
+   draft: the mean of log(1 + lines changed)), larger work first, by role (the earlier draft), by
+   path, by path reversed, none (the draft's order of needs only), most files first.
 Gold puts each file in the last real commit that touched it. Nothing is asserted.
 """
 
@@ -29,17 +30,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plan import order_agreement
-from realhistory import build, find_mirror, gold, load_ranges, messify, mirror_roots, real_steps
+from realhistory import (
+    RANGES,
+    build,
+    find_mirror,
+    gold,
+    load_ranges,
+    messify,
+    mirror_roots,
+    real_steps,
+)
 
 from retcon_sandbox.commands.plan import choose, read_facts
 from retcon_sandbox.plan import draft as drafting
-from retcon_sandbox.plan.evidence import structure
+from retcon_sandbox.plan.evidence import Structure, structure
 from retcon_sandbox.plan.facts import Facts
 from retcon_sandbox.plan.kinds import role
 from retcon_sandbox.plan.order import derive
 from retcon_sandbox.repo.gitrepo import Repo
 
-Ranks = Callable[[list[list[str]], dict[str, str], Sequence[str]], list[float]]
+Ranks = Callable[[list[list[str]], Structure], list[float]]
 
 
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
@@ -83,25 +93,34 @@ def _index(paths: Sequence[str]) -> dict[str, int]:
     return {p: i for i, p in enumerate(paths)}
 
 
+SIZE_RANKS = drafting._size_ranks  # the draft's own, kept while a variant stands in for it
+
+
+def _path_ranks(groups: list[list[str]], s: Structure, sign: float) -> list[float]:
+    index = _index(list(s.roles))  # the diff's order
+    return [sign * min(index[x] for x in group) for group in groups]
+
+
 VARIANTS: dict[str, Ranks] = {
-    "by role (the draft)": drafting._role_ranks,
-    "by path": lambda g, r, p: [float(min(_index(p)[x] for x in grp)) for grp in g],
-    "by path reversed": lambda g, r, p: [-float(min(_index(p)[x] for x in grp)) for grp in g],
-    "needs only": lambda g, r, p: [0.0] * len(g),
-    "largest first": lambda g, r, p: [-float(len(grp)) for grp in g],
+    "smaller work first (the draft)": SIZE_RANKS,
+    "larger work first": lambda g, s: [-x for x in SIZE_RANKS(g, s)],
+    "by role (the earlier draft)": lambda g, s: drafting._role_ranks(g, s.roles, list(s.roles)),
+    "by path": lambda g, s: _path_ranks(g, s, 1.0),
+    "by path reversed": lambda g, s: _path_ranks(g, s, -1.0),
+    "needs only": lambda g, s: [0.0] * len(g),
+    "most files first": lambda g, s: [-float(len(group)) for group in g],
 }
 
 
 def orders(facts: Facts, gold_plan: list[list[str]]) -> dict[str, float]:
     out = {}
-    original = drafting._role_ranks
     try:
         for name, ranks in VARIANTS.items():
-            setattr(drafting, "_role_ranks", ranks)  # noqa: B010 (the draft's own name)
+            setattr(drafting, "_size_ranks", ranks)  # noqa: B010 (the draft's own name)
             groups = [list(g.paths) for g in drafting.draft(facts).groups]
             out[name] = order_agreement(groups, gold_plan)
     finally:
-        setattr(drafting, "_role_ranks", original)  # noqa: B010
+        setattr(drafting, "_size_ranks", SIZE_RANKS)  # noqa: B010
     return out
 
 
@@ -109,6 +128,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mirrors")
     parser.add_argument("--only")
+    parser.add_argument("--ranges", type=Path, default=RANGES,
+                        help="the ranges (default: bench/plan_ranges.toml)")
     args = parser.parse_args()
     roots = mirror_roots(args.mirrors)
     aucs: list[float] = []
@@ -116,7 +137,7 @@ def main() -> None:
     agree = total = 0
     order_rows: dict[str, list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="retcon-bench-signals-") as tmp:
-        for r in load_ranges():
+        for r in load_ranges(args.ranges):
             if args.only and args.only not in r.name:
                 continue
             mirror = find_mirror(r.repo, roots)

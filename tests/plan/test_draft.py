@@ -124,6 +124,23 @@ def test_files_dealt_out_at_random_are_grouped_by_structure() -> None:
     assert ["docs/install.md", "docs/usage.md"] in map(sorted, grouping.groups)
     assert ["src/app/cart.py", "src/app/tax.py"] in map(sorted, grouping.groups)
 
+def test_without_an_order_in_the_history_smaller_work_comes_first() -> None:
+    """Files dealt out at random: the group whose files change the fewest lines comes first,
+    whatever its role (a one-line doc fix before code, a rewritten CI workflow last)."""
+    changes = {"docs/guide.md": "M", "src/app/cart.py": "M", "src/app/tax.py": "M",
+               ".github/workflows/test.yml": "M"}
+    texts = {"docs/guide.md": "Install with pip.\n",
+             "src/app/cart.py": "from app.tax import rate\nx = rate\n",
+             "src/app/tax.py": "rate = 2\nlimit = 3\nfloor = 1\n",
+             ".github/workflows/test.yml": "".join(f"step {i}\n" for i in range(40))}
+    f = facts(changes, [("wip", ["src/app/tax.py", "docs/guide.md"]),
+                        ("more", [".github/workflows/test.yml", "src/app/cart.py"])],
+              texts=texts, base_texts=dict.fromkeys(changes, ""))
+    assert group_files(f).timeline is None
+    order = [sorted(g.paths) for g in draft(f).groups]
+    assert order == [["docs/guide.md"], ["src/app/cart.py", "src/app/tax.py"],
+                     [".github/workflows/test.yml"]]
+
 
 def test_top_level_folders_are_the_draft_when_the_pair_model_finds_them_likelier() -> None:
     """Each folder's files share names, but not enough for linking to join them on its own:

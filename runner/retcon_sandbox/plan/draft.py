@@ -14,8 +14,8 @@ How files are grouped (plan/evidence.py reads the evidence, plan/weights.py weig
 - A file that several pieces of work changed goes whole in the last of them; each earlier
   one takes it as its messy commits left it (`with_versions`), or with a model is drafted as a
   hints commit naming its part (`for_a_model`).
-Order: by time (or by role when the history has none), then what each file starts to need
-comes first (plan/order.py). Messages: plan/messages.py.
+Order: by time (or, when the history has none, smaller work first), then what each file
+starts to need comes first (plan/order.py). Messages: plan/messages.py.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def group_files(facts: Facts) -> Grouping:
     if fewest <= len(folders) <= most and likelihood(folders, scores) > likelihood(groups, scores):
         groups, how = folders, ("structure, which says no more than the top-level folders: "
                                 "one commit per folder")
-    return Grouping(groups, _role_ranks(groups, s.roles, paths), how)
+    return Grouping(groups, _size_ranks(groups, s), how)
 
 
 def likelihood(groups: Sequence[Sequence[str]], scores: Scores) -> float:
@@ -213,6 +213,15 @@ def likelihood(groups: Sequence[Sequence[str]], scores: Scores) -> float:
     the log-odds of the pairs it puts together. Linking is greedy; where its evidence is weak,
     plain top-level folders can explain the scores better, and then they are the draft."""
     return sum(scores(a, b) for g in groups for i, a in enumerate(g) for b in g[i + 1:])
+
+
+def _size_ranks(groups: list[list[str]], s: Structure) -> list[float]:
+    """Without an order in the history, smaller work first: a group's rank is the mean of
+    log(1 + lines changed) of its files. A file that kept changing through the branch has the
+    most changed lines and was finished last; preparatory changes are small. (Measured in
+    bench/plan.py: pairs of shuffled branches in their real order, 0.45 by roles, 0.57 by size;
+    0.42 and 0.57 on projects the weights never saw.)"""
+    return [sum(math.log1p(s.sizes[p]) for p in g) / len(g) for g in groups]
 
 
 def _role_ranks(groups: list[list[str]], roles: dict[str, str], paths: Sequence[str]

@@ -125,6 +125,7 @@ class Structure:
     links: dict[str, frozenset[str]]  # changed files it imports or is imported by
     tokens: dict[str, dict[str, float]]  # unit TF-IDF vector of the changed lines' identifiers
     lines: dict[str, frozenset[str]]  # its changed lines, stripped, of LINE_MIN or more
+    sizes: dict[str, int]  # how many lines it adds or removes (0 for a file not read as text)
 
 
 def changed_lines(old: str | None, new: str | None) -> list[str]:
@@ -171,7 +172,8 @@ def structure(facts: Facts) -> Structure:
              for p in facts.paths}
     return Structure({p: role(p) for p in facts.paths}, {p: name_key(p) for p in facts.paths},
                      {c.path: c.status for c in facts.changes}, _links(facts),
-                     _tokens(facts.paths, changed), lines)
+                     _tokens(facts.paths, changed), lines,
+                     {p: len(changed[p]) for p in facts.paths})
 
 
 # --- one pair's features, in the order of FEATURES ----------------------------------------------
