@@ -95,21 +95,48 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A folder whose `python3` and `python` are the interpreter running the tests, so commands
     run by the local backend use it (and its pytest) whether or not a venv is activated.
 
     Scripts, not symlinks: a symlink to a venv's python, outside the venv's folder, starts the
     base interpreter without the venv's packages (the venv is found beside the path run).
     The projects' tests need no pytest plugin, and loading every plugin of the development
-    environment (xdist, anyio, ...) was 40 % of each of their runs' CPU."""
+    environment (xdist, anyio, ...) was 40 % of each of their runs' CPU. `python3 -m pytest`
+    is forked from a server that imported pytest once (tests/forkserver.py), started with the
+    variables the local backend gives every command (sandbox/helper.py's run_command)."""
     folder = tmp_path_factory.mktemp("bin")
+    server = None
+    if os.environ.get("RETCON_SANDBOX_TESTS_FORK") != "0":
+        server = projects_pytest_server()
+    write_interpreter(folder, server)
+    yield folder
+    if server is not None:
+        server.close()
+
+
+COMMAND_ENV = {"HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}  # sandbox/helper.py's
+
+
+def projects_pytest_server() -> ForkServer:
+    """A server of `python3 -m pytest`, started with the variables the local backend gives
+    every command: its runs are forked whenever the command's own read at start-up match."""
+    return ForkServer({"PATH": os.environ.get("PATH", ""), **COMMAND_ENV}, command="pytest")
+
+
+def write_interpreter(folder: Path, server: ForkServer | None) -> None:
+    """`folder`'s `python3` and `python`: this interpreter, without pytest's plugins; its
+    `-m pytest` forked by `server`."""
+    python = shlex.quote(sys.executable)
+    forked = ("" if server is None else
+              'if [ "$1" = -m ] && [ "$2" = pytest ]; then\n'
+              f"  exec {python} -I -S {shlex.quote(str(ROOT / 'tests' / 'forkclient.py'))} "
+              f'{shlex.quote(server.path)} {python} "$@"\nfi\n')
     for name in ("python3", "python"):
         shim = folder / name
-        shim.write_text("#!/bin/sh\nPYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
-                        f'exec {shlex.quote(sys.executable)} "$@"\n')
+        shim.write_text(f"#!/bin/sh\nexport PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{forked}"
+                        f'exec {python} "$@"\n')
         shim.chmod(0o755)
-    return folder
 
 
 @pytest.fixture(autouse=True)

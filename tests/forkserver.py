@@ -29,7 +29,14 @@ the server's values. `ForkServer.run` declines a command whose such variables di
 server's (None), and the caller starts a real interpreter for it; it declines too when the
 server cannot be reached.
 
-Run as a script, this file is the server: `python forkserver.py SOCKET` prints SOCKET on one line
+The projects' own tests are served the same way. The local backend runs each commit's
+`python3 -m pytest` through the tests' `python3` (conftest.write_interpreter): a server that
+has imported pytest forks it, as this one forks the command line (importing pytest was two
+thirds of each of those runs' CPU, and whole runs make hundreds). There the caller is a
+process the backend started, not the test process: tests/forkclient.py.
+
+Run as a script, this file is the server: `python forkserver.py SOCKET [MODULE]` (MODULE:
+`retcon_sandbox`, the default, or `pytest`) prints SOCKET on one line
 once it listens, and serves until its standard input closes (the test process has ended). A
 caller ends a command early by writing one byte on its connection (the server kills the child
 through its pidfd, never a pid that may have been reused); a caller that goes away ends its
@@ -46,7 +53,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -55,21 +61,35 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    from tests.forkclient import (
+        AT_START,
+        CODE,
+        CONNECT_S,
+        LENGTH,
+        PID,
+        STREAMS,
+        exactly,
+        read_at_start,
+        umask_of_this_process,
+    )
+except ModuleNotFoundError:  # run as the server's script: this file's folder is on sys.path
+    from forkclient import (  # type: ignore[import-not-found,no-redef]
+        AT_START,
+        CODE,
+        CONNECT_S,
+        LENGTH,
+        PID,
+        STREAMS,
+        exactly,
+        read_at_start,
+        umask_of_this_process,
+    )
+
 SKIP = ("retcon_sandbox.__main__", "retcon_sandbox.sandbox")  # the command; the containers' code
 LIBRARIES = ("docker", "git", "openai", "tomlkit", "tenacity")  # imported where they are used
-LENGTH = struct.Struct("!I")
-PID = struct.Struct("!q")
-CODE = struct.Struct("!i")
-STREAMS = 3  # standard input, output and error, passed with the request
-CONNECT_S = 30.0
 LOG = "server.log"  # beside the socket: the server's standard error
-
-
-def read_at_start(name: str) -> bool:
-    """Whether the interpreter or a library reads this variable once, when it starts or is
-    imported (so a fork of a server started without it differs from a fresh start with it)."""
-    return (name.startswith(("PYTHON", "LC_", "GIT_PYTHON_"))
-            or name in ("LANG", "LANGUAGE", "OPENAI_LOG"))
+PRELOAD = {"retcon_sandbox": ("retcon_sandbox",), "pytest": ("pytest", "_pytest")}
 
 
 # --- the server -------------------------------------------------------------------------------
@@ -88,7 +108,7 @@ def _receive(conn: socket.socket) -> tuple[Request, list[int]]:
     try:
         if len(head) != LENGTH.size or len(fds) != STREAMS:
             raise ValueError("a request without its length or its three streams")
-        fields = json.loads(_exactly(conn, LENGTH.unpack(head)[0]))
+        fields = json.loads(exactly(conn, LENGTH.unpack(head)[0]))
         return Request(list(fields["args"]), str(fields["cwd"]), dict(fields["env"]),
                        int(fields["umask"])), fds
     except BaseException:
@@ -161,7 +181,7 @@ def serve(path: str) -> Request:
 def _remove_folder(path: str) -> None:
     """The server's folder: its socket, its log and the folder itself (nothing else is in it)."""
     folder = os.path.dirname(path)
-    for name in (path, os.path.join(folder, LOG)):
+    for name in (path, os.path.join(folder, LOG), os.path.join(folder, AT_START)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
     with contextlib.suppress(FileNotFoundError):
@@ -175,8 +195,6 @@ def _send(conn: socket.socket, data: bytes) -> None:
 
 def _become_the_command(request: Request, fds: list[int]) -> None:
     """In the child: the caller's streams, directory, environment and umask."""
-    from retcon_sandbox import report
-
     for number, fd in enumerate(fds):
         os.dup2(fd, number)
         os.close(fd)
@@ -186,36 +204,44 @@ def _become_the_command(request: Request, fds: list[int]) -> None:
     os.umask(request.umask)
     time.tzset()
     tempfile.tempdir = None  # found again from TMPDIR and the rest, as at start-up
-    report.RUN_ID = report.new_run_id()  # one per process
+    if "retcon_sandbox.report" in sys.modules:  # the command line's server
+        report = sys.modules["retcon_sandbox.report"]
+        report.RUN_ID = report.new_run_id()  # type: ignore[attr-defined]  # one per process
     sys.path.insert(0, os.getcwd())  # as `python -m` puts it
     sys.argv = ["-m", *request.args]
 
 
-def _preload() -> None:
-    """Every module of the command line, and the libraries its commands import when they run."""
+def _preload(command: str) -> None:
+    """Every module of the command's packages; for the command line, the libraries its
+    commands import when they run too."""
     import importlib
     import pkgutil
 
-    import retcon_sandbox
-
-    for module in pkgutil.walk_packages(retcon_sandbox.__path__, "retcon_sandbox."):
-        if not module.name.startswith(SKIP):
-            importlib.import_module(module.name)
-    for library in LIBRARIES:
-        importlib.import_module(library)
+    for name in PRELOAD[command]:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(getattr(package, "__path__", []), f"{name}."):
+            if not module.name.startswith(SKIP) and not module.name.endswith(".__main__"):
+                importlib.import_module(module.name)
+    if command == "retcon_sandbox":
+        for library in LIBRARIES:
+            importlib.import_module(library)
 
 
 def main() -> None:
     import runpy
 
     del sys.path[0]  # this file's folder (tests/, whose `docker` package is not the SDK)
-    _preload()
+    command = sys.argv[2] if len(sys.argv) > 2 else "retcon_sandbox"
+    _preload(command)
     gc.collect()
     gc.freeze()  # what the imports made is never collected: no child's collection walks it
+    at_start = {name: value for name, value in os.environ.items() if read_at_start(name)}
+    Path(os.path.dirname(sys.argv[1]), AT_START).write_text(
+        json.dumps({"command": command, "at_start": at_start}))
     request = serve(sys.argv[1])  # returns in a child only
     del request
     try:
-        runpy.run_module("retcon_sandbox", run_name="__main__", alter_sys=True)
+        runpy.run_module(command, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc)
@@ -279,14 +305,14 @@ class ForkServer:
     """One server, for the process that started it; `run` may be called from several threads.
     `env`: the server's environment (the test process's own, before any test changed it)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], command: str = "retcon_sandbox") -> None:
         folder = tempfile.mkdtemp(prefix="retcon-forkserver-")
         self._path = os.path.join(folder, "socket")
         self._log = os.path.join(folder, LOG)
         self._at_start = {name: value for name, value in env.items() if read_at_start(name)}
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), self._path],
+                [sys.executable, str(Path(__file__).resolve()), self._path, command],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=folder,
                 env=env)
         assert self._proc.stdout is not None
@@ -294,6 +320,11 @@ class ForkServer:
         if ready != self._path:
             self.close()
             raise RuntimeError(f"the fork server did not start: {self.said()}")
+
+    @property
+    def path(self) -> str:
+        """The server's socket, for `--client`."""
+        return self._path
 
     def said(self) -> str:
         """What the server wrote on its standard error."""
@@ -322,7 +353,7 @@ class ForkServer:
         if {n: v for n, v in env.items() if read_at_start(n)} != self._at_start:
             return None
         payload = json.dumps({"args": args, "cwd": str(cwd), "env": env,
-                              "umask": _umask()}).encode()
+                              "umask": umask_of_this_process()}).encode()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
@@ -332,7 +363,7 @@ class ForkServer:
                 conn.connect(self._path)
                 socket.send_fds(conn, [LENGTH.pack(len(payload))], [stdin, out_write, err_write])
                 conn.sendall(payload)
-                _exactly(conn, PID.size)  # the child's pid: it has started
+                exactly(conn, PID.size)  # the child's pid: it has started
             except OSError:
                 os.close(out_read)
                 os.close(err_read)
@@ -346,30 +377,12 @@ class ForkServer:
                 if not finished:
                     raise TimeoutError
                 conn.settimeout(max(deadline - time.monotonic(), 0.01))
-                (code,) = CODE.unpack(_exactly(conn, CODE.size))
+                (code,) = CODE.unpack(exactly(conn, CODE.size))
             except TimeoutError:
                 _send(conn, b"k")  # the server kills it through its pidfd
                 raise subprocess.TimeoutExpired(["retcon_sandbox", *args], timeout, out,
                                                 err) from None
         return code, out, err
-
-
-def _umask() -> int:
-    """This process's umask, read without setting it (another thread may be reading it too)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("Umask:"):
-            return int(line.split()[1], 8)
-    raise RuntimeError("no Umask in /proc/self/status")
-
-
-def _exactly(conn: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the connection ended early")
-        data += chunk
-    return data
 
 
 def _drain(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes, bool]:
