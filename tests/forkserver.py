@@ -62,29 +62,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from tests.forkclient import (
-        AT_START,
-        CODE,
-        CONNECT_S,
-        LENGTH,
-        PID,
-        STREAMS,
-        exactly,
-        read_at_start,
-        umask_of_this_process,
-    )
+    from tests import forkclient as wire
 except ModuleNotFoundError:  # run as the server's script: this file's folder is on sys.path
-    from forkclient import (  # type: ignore[import-not-found,no-redef]
-        AT_START,
-        CODE,
-        CONNECT_S,
-        LENGTH,
-        PID,
-        STREAMS,
-        exactly,
-        read_at_start,
-        umask_of_this_process,
-    )
+    import forkclient as wire  # type: ignore[import-not-found,no-redef]
 
 SKIP = ("retcon_sandbox.__main__", "retcon_sandbox.sandbox")  # the command; the containers' code
 LIBRARIES = ("docker", "git", "openai", "tomlkit", "tenacity")  # imported where they are used
@@ -104,11 +84,11 @@ class Request:
 
 
 def _receive(conn: socket.socket) -> tuple[Request, list[int]]:
-    head, fds, _flags, _addr = socket.recv_fds(conn, LENGTH.size, STREAMS)
+    head, fds, _flags, _addr = socket.recv_fds(conn, wire.LENGTH.size, wire.STREAMS)
     try:
-        if len(head) != LENGTH.size or len(fds) != STREAMS:
+        if len(head) != wire.LENGTH.size or len(fds) != wire.STREAMS:
             raise ValueError("a request without its length or its three streams")
-        fields = json.loads(exactly(conn, LENGTH.unpack(head)[0]))
+        fields = json.loads(wire.exactly(conn, wire.LENGTH.unpack(head)[0]))
         return Request(list(fields["args"]), str(fields["cwd"]), dict(fields["env"]),
                        int(fields["umask"])), fds
     except BaseException:
@@ -137,7 +117,7 @@ def serve(path: str) -> Request:
                     sys.exit(0)
             elif kind == "accept":
                 conn, _addr = listener.accept()
-                conn.settimeout(CONNECT_S)  # a caller that sends nothing holds no one up long
+                conn.settimeout(wire.CONNECT_S)  # a caller sending nothing holds no one up long
                 try:
                     request, fds = _receive(conn)
                 except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -159,7 +139,7 @@ def serve(path: str) -> Request:
                 pidfd = os.pidfd_open(pid)
                 waiting[pidfd] = (pid, conn)
                 selector.register(pidfd, selectors.EVENT_READ, ("ended", pidfd))
-                _send(conn, PID.pack(pid))
+                _send(conn, wire.PID.pack(pid))
                 selector.register(conn, selectors.EVENT_READ, ("caller", pidfd))
             elif kind == "caller":  # a byte: end the command; nothing: the caller is gone
                 with contextlib.suppress(OSError):
@@ -174,14 +154,14 @@ def serve(path: str) -> Request:
                     selector.unregister(conn)
                 _pid, status = os.waitpid(pid, 0)
                 os.close(pidfd)
-                _send(conn, CODE.pack(os.waitstatus_to_exitcode(status)))
+                _send(conn, wire.CODE.pack(os.waitstatus_to_exitcode(status)))
                 conn.close()
 
 
 def _remove_folder(path: str) -> None:
     """The server's folder: its socket, its log and the folder itself (nothing else is in it)."""
     folder = os.path.dirname(path)
-    for name in (path, os.path.join(folder, LOG), os.path.join(folder, AT_START)):
+    for name in (path, os.path.join(folder, LOG), os.path.join(folder, wire.AT_START)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
     with contextlib.suppress(FileNotFoundError):
@@ -235,8 +215,8 @@ def main() -> None:
     _preload(command)
     gc.collect()
     gc.freeze()  # what the imports made is never collected: no child's collection walks it
-    at_start = {name: value for name, value in os.environ.items() if read_at_start(name)}
-    Path(os.path.dirname(sys.argv[1]), AT_START).write_text(
+    at_start = {name: value for name, value in os.environ.items() if wire.read_at_start(name)}
+    Path(os.path.dirname(sys.argv[1]), wire.AT_START).write_text(
         json.dumps({"command": command, "at_start": at_start}))
     request = serve(sys.argv[1])  # returns in a child only
     del request
@@ -309,7 +289,7 @@ class ForkServer:
         folder = tempfile.mkdtemp(prefix="retcon-forkserver-")
         self._path = os.path.join(folder, "socket")
         self._log = os.path.join(folder, LOG)
-        self._at_start = {name: value for name, value in env.items() if read_at_start(name)}
+        self._at_start = {name: value for name, value in env.items() if wire.read_at_start(name)}
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), self._path, command],
@@ -350,20 +330,21 @@ class ForkServer:
         """The command's exit code, output and error; None when it needs a fresh interpreter
         (a variable read at start-up differs from the server's) or the server does not
         answer. `subprocess.TimeoutExpired` (with what was read) past `timeout`."""
-        if {n: v for n, v in env.items() if read_at_start(n)} != self._at_start:
+        if {n: v for n, v in env.items() if wire.read_at_start(n)} != self._at_start:
             return None
         payload = json.dumps({"args": args, "cwd": str(cwd), "env": env,
-                              "umask": umask_of_this_process()}).encode()
+                              "umask": wire.umask_of_this_process()}).encode()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
-                conn.settimeout(CONNECT_S)
+                conn.settimeout(wire.CONNECT_S)
                 conn.connect(self._path)
-                socket.send_fds(conn, [LENGTH.pack(len(payload))], [stdin, out_write, err_write])
+                socket.send_fds(conn, [wire.LENGTH.pack(len(payload))],
+                                [stdin, out_write, err_write])
                 conn.sendall(payload)
-                exactly(conn, PID.size)  # the child's pid: it has started
+                wire.exactly(conn, wire.PID.size)  # the child's pid: it has started
             except OSError:
                 os.close(out_read)
                 os.close(err_read)
@@ -377,7 +358,7 @@ class ForkServer:
                 if not finished:
                     raise TimeoutError
                 conn.settimeout(max(deadline - time.monotonic(), 0.01))
-                (code,) = CODE.unpack(exactly(conn, CODE.size))
+                (code,) = wire.CODE.unpack(wire.exactly(conn, wire.CODE.size))
             except TimeoutError:
                 _send(conn, b"k")  # the server kills it through its pidfd
                 raise subprocess.TimeoutExpired(["retcon_sandbox", *args], timeout, out,
