@@ -218,9 +218,9 @@ def likelihood(groups: Sequence[Sequence[str]], scores: Scores) -> float:
 def _size_ranks(groups: list[list[str]], s: Structure) -> list[float]:
     """Without an order in the history, smaller work first: a group's rank is the mean of
     log(1 + lines changed) of its files. A file that kept changing through the branch has the
-    most changed lines and was finished last; preparatory changes are small. (Measured in
-    bench/plan.py: pairs of shuffled branches in their real order, 0.45 by roles, 0.57 by size;
-    0.42 and 0.57 on projects the weights never saw.)"""
+    most changed lines and was finished last; preparatory changes are small. (Order agreement
+    on bench/plan.py's shuffled branches: 0.45 by role, 0.60 by size; 0.41 and 0.55 on the
+    projects the weights never saw; bench/plan_signals.py.)"""
     return [sum(math.log1p(s.sizes[p]) for p in g) / len(g) for g in groups]
 
 
