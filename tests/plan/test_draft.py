@@ -136,7 +136,8 @@ def test_without_an_order_in_the_history_smaller_work_comes_first() -> None:
     f = facts(changes, [("wip", ["src/app/tax.py", "docs/guide.md"]),
                         ("more", [".github/workflows/test.yml", "src/app/cart.py"])],
               texts=texts, base_texts=dict.fromkeys(changes, ""))
-    assert group_files(f).timeline is None
+    grouping = group_files(f)
+    assert grouping.timeline is None and grouping.how.endswith("; ordered smaller work first")
     order = [sorted(g.paths) for g in draft(f).groups]
     assert order == [["docs/guide.md"], ["src/app/cart.py", "src/app/tax.py"],
                      [".github/workflows/test.yml"]]

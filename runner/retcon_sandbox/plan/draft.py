@@ -205,7 +205,7 @@ def group_files(facts: Facts) -> Grouping:
     if fewest <= len(folders) <= most and likelihood(folders, scores) > likelihood(groups, scores):
         groups, how = folders, ("structure, which says no more than the top-level folders: "
                                 "one commit per folder")
-    return Grouping(groups, _size_ranks(groups, s), how)
+    return Grouping(groups, _size_ranks(groups, s), f"{how}; ordered smaller work first")
 
 
 def likelihood(groups: Sequence[Sequence[str]], scores: Scores) -> float:
