@@ -120,7 +120,7 @@ COMMAND_ENV = {"HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}  # sandbox/h
 
 def projects_pytest_server() -> ForkServer:
     """A server of `python3 -m pytest`, started with the variables the local backend gives
-    every command: its runs are forked whenever the command's own read at start-up match."""
+    every command: a run is forked whenever its own variables read at start-up match."""
     return ForkServer({"PATH": os.environ.get("PATH", ""), **COMMAND_ENV}, command="pytest")
 
 
