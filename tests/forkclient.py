@@ -6,10 +6,11 @@ project's test command, and the wire protocol both sides speak.
 
 hands the server at SOCKET this process's standard streams, directory, environment and umask,
 waits, and ends as the command ended: its exit code, or the signal that ended it. If this
-process is killed, the server kills the command (its connection closed). It runs `PYTHON -m
-MODULE ARGS...` itself instead when the server serves another module, when a variable read at
-start-up differs from the server's (written beside its socket), or when the server does not
-answer. Standard library only, and only what the client needs: it runs once per command.
+process is killed or interrupted, the server kills the command (its connection closed). It
+runs `PYTHON -m MODULE ARGS...` itself instead when the server serves another module, when a
+variable read at start-up differs from the server's (written beside its socket), or when the
+server does not answer. Standard library only, and only what the client needs: it runs once
+per command.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def client(path: str, interpreter: str, args: list[str]) -> None:
     """Run `interpreter args...` forked by the server at `path`, as this process: its streams,
     directory, environment and umask; end as the command ended. The interpreter itself when
     the server cannot run it as a fresh start would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it quietly, and so the command
     env = dict(os.environ)
     try:
         with open(os.path.join(os.path.dirname(path), AT_START), encoding="utf-8") as file:

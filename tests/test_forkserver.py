@@ -177,10 +177,12 @@ def test_a_variable_read_at_start_up_gets_the_projects_pytest_a_fresh_interprete
     assert fresh.code == 0 and not fresh.forked and f" {tmp_path} here" in fresh.out
 
 
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT])
 def test_a_killed_caller_ends_the_forked_pytest_and_a_signal_ends_the_caller(
-        shims: Path, tmp_path: Path) -> None:
-    """The local backend ends a command past its time limit by killing its process group:
-    the forked run must end with it. A run that a signal ends ends its caller by that signal."""
+        shims: Path, tmp_path: Path, stop: signal.Signals) -> None:
+    """The local backend ends a command past its time limit by killing its process group, and
+    Ctrl-C interrupts it: the forked run must end with it, and the caller says nothing of it. A
+    run that a signal ends ends its caller by that signal."""
     pid_file = tmp_path / "pid"
     (tmp_path / "test_sleep.py").write_text(
         "import os, time\n\ndef test_sleep():\n"
@@ -188,15 +190,17 @@ def test_a_killed_caller_ends_the_forked_pytest_and_a_signal_ends_the_caller(
     caller = subprocess.Popen(
         [str(shims / "python3"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "test_sleep.py"], cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        env={"PATH": os.environ["PATH"], **COMMAND_ENV}, start_new_session=True)
+        stderr=subprocess.PIPE, env={"PATH": os.environ["PATH"], **COMMAND_ENV},
+        start_new_session=True)
     deadline = time.monotonic() + 60
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline and caller.poll() is None
         time.sleep(0.05)
     pid = int(pid_file.read_text())
     assert pid != caller.pid  # the run is the server's child, not the caller
-    os.killpg(caller.pid, signal.SIGKILL)
-    caller.wait(timeout=30)
+    os.killpg(caller.pid, stop)
+    _, said = caller.communicate(timeout=30)
+    assert caller.returncode == -stop and said == b""
     while _alive(pid):
         assert time.monotonic() < deadline, "the forked run outlived its caller"
         time.sleep(0.05)
