@@ -65,7 +65,7 @@ from retcon_sandbox.protocol import (  # replaced by that module's text when shi
     to_wire,
 )
 from retcon_sandbox.sandbox.supervisor import (  # replaced by that module's text when shipped
-    DEFAULT_PATH,
+    COMMAND_ENV,
     TREE_LIST,
     _prefer_oom_victim,
     clear,
@@ -337,8 +337,7 @@ def _is_zombie(pid: int) -> bool:
 def run_command(ws: Workspace, cmd: str, timeout: float, env: dict[str, str] | None
                 ) -> RunResponse:
     start = time.monotonic()
-    full_env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
-    full_env.update(env or {})
+    full_env = {**COMMAND_ENV, **(env or {})}
     try:
         proc = subprocess.Popen(["/bin/sh", "-c", cmd], cwd=ws.root, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env,

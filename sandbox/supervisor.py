@@ -36,6 +36,8 @@ import time
 from collections.abc import Iterable, Iterator
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What every build, test and setup command starts with, before the variables it is given.
+COMMAND_ENV = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 PREPARED = "/var/tmp/retcon-prepared"  # what setup left in the workspace, kept in its image
 TREE_LIST = "/tmp/retcon-tree-files"  # the names a setup's tree brought (NUL-separated)
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "retcon-sandbox", "GIT_COMMITTER_NAME": "retcon-sandbox",
@@ -174,8 +176,7 @@ def supervise(cmd: str, timeout: float, workspace: str,
     harden()
     if prepared is not None:
         prepare_first(workspace, prepared)
-    env = {"PATH": DEFAULT_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-           **os.environ}
+    env = {**COMMAND_ENV, **os.environ}
     try:
         with open(os.devnull, "rb") as nothing:
             code = wait(spawn(["/bin/sh", "-c", cmd], workspace, env, nothing.fileno(), 1),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import importlib
 import locale
 import os
 import shlex
@@ -104,7 +105,7 @@ def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     The projects' tests need no pytest plugin, and loading every plugin of the development
     environment (xdist, anyio, ...) was 40 % of each of their runs' CPU. `python3 -m pytest`
     is forked from a server that imported pytest once (tests/forkserver.py), started with the
-    variables the local backend gives every command (sandbox/helper.py's run_command)."""
+    variables the local backend gives every command (COMMAND_ENV)."""
     folder = tmp_path_factory.mktemp("bin")
     server = None
     if os.environ.get("RETCON_SANDBOX_TESTS_FORK") != "0":
@@ -115,7 +116,9 @@ def interpreter_bin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         server.close()
 
 
-COMMAND_ENV = {"HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}  # sandbox/helper.py's
+# What the helper gives every command besides PATH (sandbox/supervisor.py)
+COMMAND_ENV = {name: value for name, value in importlib.import_module(
+    "retcon_sandbox.sandbox.supervisor").COMMAND_ENV.items() if name != "PATH"}
 
 
 def projects_pytest_server() -> ForkServer:
