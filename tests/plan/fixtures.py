@@ -189,10 +189,7 @@ CALC = Fixture(
 NOTES_PYPROJECT = '''[project]
 name = "notes"
 version = "0.1.0"
-
-[tool.pytest.ini_options]
-pythonpath = ["src"]
-'''
+'''  # no pytest `pythonpath`: the guessed test command puts src/ on the path
 NOTES_STORE = '''"""Notes kept in a dict."""
 
 
@@ -307,7 +304,7 @@ NOTES = Fixture(
         ("docs: user guide", ["docs/guide.md", "docs/index.md", "mkdocs.yml"]),
     ],
     build="python3 -m compileall -q src tests",
-    test="python3 -m pytest -q -p no:cacheprovider",
+    test="PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider",
 )
 
 # --- geom: a Rust crate; shapes, a rename in point and docs, interleaved ----------------------

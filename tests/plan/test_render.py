@@ -42,6 +42,34 @@ def test_commands_guessed_from_the_tree() -> None:
     assert guess_commands(frozenset({"README.md"})) == GuessedCommands()
 
 
+def test_a_src_layout_is_tested_with_src_on_the_path() -> None:
+    """`python3 -m pytest` puts the root on sys.path: a package under src/ needs PYTHONPATH."""
+    src = guess_commands(frozenset({"pyproject.toml", "src/click/__init__.py",
+                                    "src/click/core.py", "tests/test_core.py"}))
+    assert src.test == "PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider"
+    assert "src layout" in src.reason
+    for flat in ({"click/__init__.py", "tests/test_core.py"},  # at the root
+                 {"src/tool.py", "tests/test_tool.py"},  # a module in src/, not a package
+                 {"src/a/b/__init__.py", "tests/test_b.py"}):  # not a top-level package
+        assert guess_commands(frozenset(flat)).test == "python3 -m pytest -q -p no:cacheprovider"
+
+
+def test_the_setup_a_layout_declares_is_suggested_commented_out() -> None:
+    """Setup is the one step with network: the draft names it, the user opts in."""
+    assert guess_commands(frozenset({"pyproject.toml", "a.py"})).setup == "pip install -e ."
+    assert guess_commands(frozenset({"a.py", "tests/test_a.py"})).setup is None
+    assert guess_commands(frozenset({"Cargo.toml", "Cargo.lock"})).setup == "cargo fetch"
+    assert guess_commands(frozenset({"Cargo.toml"})).setup is None
+    assert guess_commands(frozenset({"package.json", "package-lock.json"})).setup == "npm ci"
+    assert guess_commands(frozenset({"package.json"})).setup is None
+    commands = guess_commands(frozenset({"setup.py", "pkg/a.py", "tests/test_a.py"}))
+    text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], commands, "A")
+    assert parse(Path("spec.toml"), text).sandbox.setup == ()
+    opted_in = text.replace('# setup = "pip install -e ."', 'setup = "pip install -e ."')
+    assert opted_in != text
+    assert parse(Path("spec.toml"), opted_in).sandbox.setup == ("pip install -e .",)
+
+
 def test_a_header_holding_control_characters_stays_a_comment() -> None:
     text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], GuessedCommands(),
                      "model said: \x00 \r\x0b\x1b[31m red\u202e\nsecond")

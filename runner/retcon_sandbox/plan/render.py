@@ -26,22 +26,35 @@ class GuessedCommands:
     test: str | None = None
     image: str | None = None
     reason: str = ""
+    setup: str | None = None  # suggested, written commented out: setup is the one step with
+    # network, so the user opts in
 
 
 def guess_commands(files: frozenset[str]) -> GuessedCommands:
-    """Commands for the usual layouts (a Cargo, npm or Python project at the root)."""
+    """Commands for the usual layouts (a Cargo, npm or Python project at the root), and the
+    setup that installs what a project of that layout declares."""
     if "Cargo.toml" in files:
         return GuessedCommands("cargo build --offline", "cargo test --offline",
-                               "retcon-sandbox/rust", "Cargo.toml")
+                               "retcon-sandbox/rust", "Cargo.toml",
+                               "cargo fetch" if "Cargo.lock" in files else None)
     if "package.json" in files:
-        return GuessedCommands(None, "npm test", "retcon-sandbox/node", "package.json")
+        locked = bool(files & {"package-lock.json", "npm-shrinkwrap.json"})
+        return GuessedCommands(None, "npm test", "retcon-sandbox/node", "package.json",
+                               "npm ci" if locked else None)
     python = sorted({p.split("/")[0] for p in files if p.endswith(".py")})
     if python:
         has_tests = any(p.rsplit("/", 1)[-1].startswith("test_") or p.startswith("tests/")
                         for p in files if p.endswith(".py"))
+        # `python3 -m pytest` puts the root on sys.path, not src/: a src layout's package
+        # (src/NAME/__init__.py) imports only with it on PYTHONPATH
+        src = any(p.startswith("src/") and p.count("/") == 2 and p.endswith("/__init__.py")
+                  for p in files)
+        test = "python3 -m pytest -q -p no:cacheprovider" if has_tests else None
+        packaged = bool(files & {"pyproject.toml", "setup.py", "setup.cfg"})
         return GuessedCommands("python3 -m compileall -q .",
-                               "python3 -m pytest -q -p no:cacheprovider" if has_tests else None,
-                               None, "the Python files")
+                               f"PYTHONPATH=src {test}" if test and src else test, None,
+                               "the Python files (a src layout)" if src else "the Python files",
+                               "pip install -e ." if packaged else None)
     return GuessedCommands()
 
 
@@ -97,6 +110,10 @@ def spec_text(branches: Branches, groups: Sequence[Group], commands: GuessedComm
         lines.append(f"image = {basic_string(commands.image)}")
     for key, value in (("build", commands.build), ("test", commands.test)):
         lines.append(f"{key} = {basic_string(value)}" if value else f'# {key} = "..."')
+    if commands.setup:
+        lines += ["# if the tests need the project's dependencies: setup runs first, with a",
+                  "# registry's network (docs/setup.md)",
+                  f"# setup = {basic_string(commands.setup)}"]
     for group in groups:
         lines += ["", "[[commit]]", f"message = {toml_string(spec_safe(group.message, True))}",
                   f"hints = {toml_string(spec_safe(group.hints, False))}"]
