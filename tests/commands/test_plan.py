@@ -13,7 +13,7 @@ import pytest
 
 from retcon_sandbox.errors import EXIT_UNCOVERED
 from tests.conftest import Demo, cli, cli_on_a_terminal, git
-from tests.plan.fixtures import ALL, CALC, Fixture
+from tests.plan.fixtures import ALL, CALC, NOTES, Fixture
 
 
 def plan_groups(spec: Path) -> list[list[str]]:
@@ -47,6 +47,18 @@ def test_every_changed_file_is_in_exactly_one_commit(fixture: Fixture, tmp_path:
     changed = git(repo, "diff", "--no-renames", "--name-only", "main", "feature").splitlines()
     assert sorted(placed) == sorted(changed)
     assert cli("plan", "--check", "spec.toml", cwd=repo).code == 0
+
+
+def test_the_draft_names_the_test_extra_of_the_source_trees_pyproject(tmp_path: Path) -> None:
+    """Read from the source branch's tree, in memory; written commented out (setup has
+    network: the user opts in)."""
+    repo = tmp_path / "notes"
+    NOTES.create(repo)
+    assert cli("plan", "--source", "feature", "-o", "spec.toml", cwd=repo).code == 0
+    text = (repo / "spec.toml").read_text(encoding="utf-8")
+    assert "\n# setup = \"pip install -e '.[tests]'\"\n" in text
+    assert 'test = "PYTHONPATH=src python3 -m pytest' in text
+    assert "setup" not in tomllib.loads(text)["sandbox"]
 
 
 def test_without_output_the_spec_goes_to_stdout_and_the_rest_to_stderr(demo: Demo) -> None:

@@ -189,6 +189,9 @@ CALC = Fixture(
 NOTES_PYPROJECT = '''[project]
 name = "notes"
 version = "0.1.0"
+
+[project.optional-dependencies]
+tests = ["pytest"]
 '''  # no pytest `pythonpath`: the guessed test command puts src/ on the path
 NOTES_STORE = '''"""Notes kept in a dict."""
 

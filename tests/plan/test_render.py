@@ -62,6 +62,14 @@ def test_the_setup_a_layout_declares_is_suggested_commented_out() -> None:
     assert guess_commands(frozenset({"Cargo.toml"})).setup is None
     assert guess_commands(frozenset({"package.json", "package-lock.json"})).setup == "npm ci"
     assert guess_commands(frozenset({"package.json"})).setup is None
+    declared = '[project]\nname = "p"\n[project.optional-dependencies]\ndocs = ["x"]\n'
+    assert guess_commands(frozenset({"pyproject.toml", "a.py"}),
+                          declared + 'testing = ["pytest"]\n').setup == \
+        "pip install -e '.[testing]'"
+    for odd in (declared, "not toml [", "project = 1", "[project]\noptional-dependencies = 2",
+                "[project]\n" + "a." * 300 + "b = 1", None):  # no test extra: none named
+        assert guess_commands(frozenset({"pyproject.toml", "a.py"}), odd).setup == \
+            "pip install -e ."
     commands = guess_commands(frozenset({"setup.py", "pkg/a.py", "tests/test_a.py"}))
     text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], commands, "A")
     assert parse(Path("spec.toml"), text).sandbox.setup == ()

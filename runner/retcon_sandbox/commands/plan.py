@@ -232,9 +232,13 @@ def read_facts(target: Target) -> Facts:
     texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
     base_texts = _texts(repo, {c.path: c.old_blob for c in readable
                                if c.status != "A" and c.old_blob})
-    files = frozenset(repo.ls_tree(repo.tree_of(target.source)))
-    return Facts(changes, commits, files, texts, base_texts,
-                 tuple(repo.subjects(target.remote, LOG_SUBJECTS)))
+    tree = repo.ls_tree(repo.tree_of(target.source))
+    pyproject = tree.get("pyproject.toml")
+    manifest = _texts(repo, {"pyproject.toml": pyproject.sha}) if pyproject and \
+        pyproject.mode in ("100644", "100755") else {}
+    return Facts(changes, commits, frozenset(tree), texts, base_texts,
+                 tuple(repo.subjects(target.remote, LOG_SUBJECTS)),
+                 manifest.get("pyproject.toml"))
 
 
 # --- plan ---------------------------------------------------------------------------------
@@ -276,7 +280,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
               "A draft: review the grouping, order and messages before `retcon-sandbox "
               "execute`.\nA [[commit]] that lists `paths` needs no model; drop `paths` from a "
               "commit\nto let a model extract it by its hints instead.")
-    text = spec_text(b, groups, guess_commands(facts.source_files), header)
+    text = spec_text(b, groups, guess_commands(facts.source_files, facts.pyproject), header)
     exact(facts.paths, groups)
     show(groups, reporter, out if talk else None)
     if output is not None:

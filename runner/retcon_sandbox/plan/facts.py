@@ -34,6 +34,7 @@ class Facts:
     texts: dict[str, str] = field(default_factory=dict)  # source text of changed text files
     base_texts: dict[str, str] = field(default_factory=dict)  # base text of modified/deleted
     log_subjects: tuple[str, ...] = ()  # recent subjects of the remote, for the style
+    pyproject: str | None = None  # the source tree's root pyproject.toml, if text
 
     @property
     def paths(self) -> list[str]:

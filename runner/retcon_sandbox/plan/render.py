@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from retcon_sandbox.backends import manifests
 from retcon_sandbox.paths import control_character
 from retcon_sandbox.plan.draft import Group
 from retcon_sandbox.spec.tomltext import basic_string
@@ -30,9 +31,24 @@ class GuessedCommands:
     # network, so the user opts in
 
 
-def guess_commands(files: frozenset[str]) -> GuessedCommands:
+TEST_EXTRAS = ("tests", "test", "testing")  # the names projects give their test extra
+
+
+def test_extra(pyproject: str | None) -> str | None:
+    """The extra of `[project.optional-dependencies]` that holds the test dependencies, by its
+    usual names (the file is untrusted: parsed in memory, bounded, never an exception)."""
+    document = manifests.parse(pyproject.encode("utf-8")) if pyproject else None
+    project = document.get("project") if document else None
+    extras = project.get("optional-dependencies") if isinstance(project, dict) else None
+    if not isinstance(extras, dict):
+        return None
+    return next((name for name in TEST_EXTRAS if name in extras), None)
+
+
+def guess_commands(files: frozenset[str], pyproject: str | None = None) -> GuessedCommands:
     """Commands for the usual layouts (a Cargo, npm or Python project at the root), and the
-    setup that installs what a project of that layout declares."""
+    setup that installs what a project of that layout declares (with the root
+    pyproject.toml's test extra, when it has one)."""
     if "Cargo.toml" in files:
         return GuessedCommands("cargo build --offline", "cargo test --offline",
                                "retcon-sandbox/rust", "Cargo.toml",
@@ -54,8 +70,12 @@ def guess_commands(files: frozenset[str]) -> GuessedCommands:
         return GuessedCommands("python3 -m compileall -q .",
                                f"PYTHONPATH=src {test}" if test and src else test, None,
                                "the Python files (a src layout)" if src else "the Python files",
-                               "pip install -e ." if packaged else None)
+                               _pip_setup(test_extra(pyproject)) if packaged else None)
     return GuessedCommands()
+
+
+def _pip_setup(extra: str | None) -> str:
+    return f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
 
 
 def toml_string(value: str) -> str:
