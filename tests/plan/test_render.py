@@ -39,6 +39,7 @@ def test_commands_guessed_from_the_tree() -> None:
     python = guess_commands(frozenset({"pkg/a.py", "tests/test_a.py"}))
     assert python.build and python.test and "pytest" in python.test
     assert guess_commands(frozenset({"pkg/a.py"})).test is None
+    assert guess_commands(frozenset({"pkg/a.py", "pkg/a_test.py"})).test  # pytest collects it
     assert guess_commands(frozenset({"README.md"})) == GuessedCommands()
 
 

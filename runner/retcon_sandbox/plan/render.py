@@ -27,8 +27,7 @@ class GuessedCommands:
     test: str | None = None
     image: str | None = None
     reason: str = ""
-    setup: str | None = None  # suggested, written commented out: setup is the one step with
-    # network, so the user opts in
+    setup: str | None = None  # suggested, commented out: the user opts in to its network
 
 
 TEST_EXTRAS = ("tests", "test", "testing")  # the names projects give their test extra
@@ -59,8 +58,9 @@ def guess_commands(files: frozenset[str], pyproject: str | None = None) -> Guess
                                "npm ci" if locked else None)
     python = sorted({p.split("/")[0] for p in files if p.endswith(".py")})
     if python:
-        has_tests = any(p.rsplit("/", 1)[-1].startswith("test_") or p.startswith("tests/")
-                        for p in files if p.endswith(".py"))
+        # what pytest collects by default (test_*.py, *_test.py), or anything in tests/
+        has_tests = any(p.rsplit("/", 1)[-1].startswith("test_") or p.endswith("_test.py") or
+                        p.startswith("tests/") for p in files if p.endswith(".py"))
         # `python3 -m pytest` puts the root on sys.path, not src/: a src layout's package
         # (src/NAME/__init__.py) imports only with it on PYTHONPATH
         src = any(p.startswith("src/") and p.count("/") == 2 and p.endswith("/__init__.py")
