@@ -49,14 +49,14 @@ def test_every_changed_file_is_in_exactly_one_commit(fixture: Fixture, tmp_path:
     assert cli("plan", "--check", "spec.toml", cwd=repo).code == 0
 
 
-def test_the_draft_names_the_test_extra_of_the_source_trees_pyproject(tmp_path: Path) -> None:
+def test_the_draft_names_what_the_pyproject_and_tox_ini_install(tmp_path: Path) -> None:
     """Read from the source branch's tree, in memory; written commented out (setup has
     network: the user opts in)."""
     repo = tmp_path / "notes"
     NOTES.create(repo)
     assert cli("plan", "--source", "feature", "-o", "spec.toml", cwd=repo).code == 0
     text = (repo / "spec.toml").read_text(encoding="utf-8")
-    assert "\n# setup = \"pip install -e '.[tests]'\"\n" in text
+    assert "\n# setup = \"pip install -e '.[tests]' pytest-timeout\"\n" in text  # tox's deps
     assert 'test = "PYTHONPATH=src python3 -m pytest' in text
     assert "setup" not in tomllib.loads(text)["sandbox"]
 

@@ -273,6 +273,7 @@ NOTES = Fixture(
     "notes",
     base={
         "pyproject.toml": NOTES_PYPROJECT,
+        "tox.ini": "[tox]\nenv_list = py311\n\n[testenv]\ndeps =\n    pytest-timeout\n",
         "src/notes/__init__.py": '"""notes."""\n',
         "src/notes/store.py": NOTES_STORE,
         "tests/test_store.py": "from notes.store import Store\n\n\ndef test_save():\n"

@@ -65,18 +65,43 @@ def test_the_setup_a_layout_declares_is_suggested_commented_out() -> None:
     assert guess_commands(frozenset({"package.json"})).setup is None
     declared = '[project]\nname = "p"\n[project.optional-dependencies]\ndocs = ["x"]\n'
     assert guess_commands(frozenset({"pyproject.toml", "a.py"}),
-                          declared + 'testing = ["pytest"]\n').setup == \
+                          {"pyproject.toml": declared + 'testing = ["pytest"]\n'}).setup == \
         "pip install -e '.[testing]'"
     for odd in (declared, "not toml [", "project = 1", "[project]\noptional-dependencies = 2",
-                "[project]\n" + "a." * 300 + "b = 1", None):  # no test extra: none named
-        assert guess_commands(frozenset({"pyproject.toml", "a.py"}), odd).setup == \
-            "pip install -e ."
+                "[project]\n" + "a." * 300 + "b = 1"):  # no test extra: none named
+        assert guess_commands(frozenset({"pyproject.toml", "a.py"}),
+                              {"pyproject.toml": odd}).setup == "pip install -e ."
     commands = guess_commands(frozenset({"setup.py", "pkg/a.py", "tests/test_a.py"}))
     text = spec_text(Branches("a", "b", "c"), [Group(("x",), "m", "h", "code")], commands, "A")
     assert parse(Path("spec.toml"), text).sandbox.setup == ()
     opted_in = text.replace('# setup = "pip install -e ."', 'setup = "pip install -e ."')
     assert opted_in != text
     assert parse(Path("spec.toml"), opted_in).sandbox.setup == ("pip install -e .",)
+
+
+def test_tox_ini_s_test_requirements_join_the_suggested_setup() -> None:
+    """What tox installs for the tests, plain requirements only, each quoted for the shell."""
+    tox = ("[tox]\nenvlist = py38\n[testenv]\ndeps =\n    pytest\n    freezegun >= 1.0\n"
+           "    -r requirements/docs.txt\n    py38: mock\n    {[base]deps}\n    ./local\n"
+           "    https://example.com/x.whl\n    x; rm -rf /\n    pytest\n"
+           "commands = pytest\n[testenv:style]\ndeps = pre-commit\n")
+    files = frozenset({"setup.py", "src/p/__init__.py", "tests/test_p.py", "tox.ini"})
+    assert guess_commands(files, {"tox.ini": tox}).setup == \
+        "pip install -e . pytest 'freezegun>=1.0'"
+    assert guess_commands(frozenset({"a.py", "tox.ini"}), {"tox.ini": tox}).setup == \
+        "pip install pytest 'freezegun>=1.0'"  # not a package: its requirements alone
+    for odd in ("[testenv\ndeps = a\n", "no section", "[testenv]\n[testenv]\ndeps=\n",
+                "[testenv]\ndeps = %(x)s\n", "\x00"):
+        assert guess_commands(files, {"tox.ini": odd}).setup == "pip install -e ."
+    extras = "[testenv]\nextras =\n    tests\n    cov, x;y\n"  # setup.cfg's extras_require
+    assert guess_commands(files, {"tox.ini": extras}).setup == "pip install -e '.[tests,cov]'"
+    assert guess_commands(files, {"tox.ini": extras, "pyproject.toml":
+                                  "[project.optional-dependencies]\ntest = []\n"}).setup == \
+        "pip install -e '.[test]'"  # the pyproject's own test extra first
+    spaced = "[testenv]\nextras = tests\n    # a comment\n\n\tcov\ndeps=a\nx" + " " * 99_999 + "y\n"
+    assert guess_commands(files, {"tox.ini": spaced}).setup == "pip install -e '.[tests,cov]' a"
+    many = "[testenv]\ndeps =\n" + "".join(f"    p{i}\n" for i in range(50))
+    assert len((guess_commands(files, {"tox.ini": many}).setup or "").split()) == 4 + 20
 
 
 def test_a_header_holding_control_characters_stays_a_comment() -> None:

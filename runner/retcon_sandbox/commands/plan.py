@@ -21,6 +21,7 @@ from typing import TextIO
 
 from retcon_sandbox.backends.api import Sandbox
 from retcon_sandbox.backends.environments import Environments
+from retcon_sandbox.backends.manifests import REGULAR
 from retcon_sandbox.backends.workspace import WorkState
 from retcon_sandbox.commands.options import (
     NO_ACCESS,
@@ -43,7 +44,13 @@ from retcon_sandbox.plan.draft import (
 from retcon_sandbox.plan.evidence import layout_only
 from retcon_sandbox.plan.facts import Change, Facts, MessyCommit
 from retcon_sandbox.plan.order import derive
-from retcon_sandbox.plan.render import Branches, guess_commands, path_pattern, spec_text
+from retcon_sandbox.plan.render import (
+    SETUP_TEXTS,
+    Branches,
+    guess_commands,
+    path_pattern,
+    spec_text,
+)
 from retcon_sandbox.repo import checks
 from retcon_sandbox.repo.gitrepo import Repo, refuse_dotgit
 from retcon_sandbox.report import HumanReporter, Reporter, make_reporter, verbosity, watching
@@ -233,12 +240,10 @@ def read_facts(target: Target) -> Facts:
     base_texts = _texts(repo, {c.path: c.old_blob for c in readable
                                if c.status != "A" and c.old_blob})
     tree = repo.ls_tree(repo.tree_of(target.source))
-    pyproject = tree.get("pyproject.toml")
-    manifest = _texts(repo, {"pyproject.toml": pyproject.sha}) if pyproject and \
-        pyproject.mode in ("100644", "100755") else {}
+    setup_texts = _texts(repo, {name: entry.sha for name in SETUP_TEXTS
+                                if (entry := tree.get(name)) and entry.mode in REGULAR})
     return Facts(changes, commits, frozenset(tree), texts, base_texts,
-                 tuple(repo.subjects(target.remote, LOG_SUBJECTS)),
-                 manifest.get("pyproject.toml"))
+                 tuple(repo.subjects(target.remote, LOG_SUBJECTS)), setup_texts)
 
 
 # --- plan ---------------------------------------------------------------------------------
@@ -280,7 +285,7 @@ def make_plan(args: argparse.Namespace, reporter: Reporter) -> int:
               "A draft: review the grouping, order and messages before `retcon-sandbox "
               "execute`.\nA [[commit]] that lists `paths` needs no model; drop `paths` from a "
               "commit\nto let a model extract it by its hints instead.")
-    text = spec_text(b, groups, guess_commands(facts.source_files, facts.pyproject), header)
+    text = spec_text(b, groups, guess_commands(facts.source_files, facts.setup_texts), header)
     exact(facts.paths, groups)
     show(groups, reporter, out if talk else None)
     if output is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from retcon_sandbox.backends import manifests
@@ -31,6 +33,13 @@ class GuessedCommands:
 
 
 TEST_EXTRAS = ("tests", "test", "testing")  # the names projects give their test extra
+SETUP_TEXTS = ("pyproject.toml", "tox.ini")  # root files that say what the tests install
+REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?"
+                         r"((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]+)?"
+                         r"(,(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]+)*")
+EXTRA = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MOST_DEPS = 20
+LONGEST = 1000  # characters of a tox.ini line read
 
 
 def test_extra(pyproject: str | None) -> str | None:
@@ -44,10 +53,48 @@ def test_extra(pyproject: str | None) -> str | None:
     return next((name for name in TEST_EXTRAS if name in extras), None)
 
 
-def guess_commands(files: frozenset[str], pyproject: str | None = None) -> GuessedCommands:
+def tox_testenv(tox: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What tox.ini's `[testenv]` installs for the tests: its `deps` that are plain
+    requirements (`name`, `name[extra]>=1.0`) and its `extras`. Anything else (`-r file`, a
+    URL, a path, `{[x]deps}`, a factor's `py38: name`) is left out. Read line by line, in
+    linear time (configparser's option pattern is quadratic in a line's spaces: the file is
+    untrusted)."""
+    values = _testenv_values(tox or "", ("deps", "extras"))
+    deps = [line.replace(" ", "") for line in values["deps"]]
+    extras = [e.strip() for line in values["extras"] for e in line.split(",")]
+    return (tuple(dict.fromkeys(d for d in deps if REQUIREMENT.fullmatch(d)))[:MOST_DEPS],
+            tuple(dict.fromkeys(e for e in extras if EXTRA.fullmatch(e)))[:MOST_DEPS])
+
+
+def _testenv_values(ini: str, keys: tuple[str, ...]) -> dict[str, list[str]]:
+    """The lines of `keys` in the `[testenv]` section of an INI file: the value after `=` and
+    its indented continuation lines. Lines longer than LONGEST are skipped."""
+    out: dict[str, list[str]] = {k: [] for k in keys}
+    section, key = "", None
+    for line in ini.splitlines():
+        if len(line) > LONGEST or not line.strip() or line.lstrip().startswith(("#", ";")):
+            continue
+        if line[0] in " \t":  # a continuation of the key above
+            if key is not None:
+                out[key].append(line.strip())
+            continue
+        if line.startswith("["):  # a section; a malformed header opens none we read
+            header = line.strip()
+            section, key = header[1:-1].strip() if header.endswith("]") else "", None
+            continue
+        name, equals, value = line.partition("=")
+        key = name.strip() if equals and section == "testenv" and name.strip() in keys else None
+        if key is not None and value.strip():
+            out[key].append(value.strip())
+    return out
+
+
+def guess_commands(files: frozenset[str], texts: Mapping[str, str] | None = None
+                   ) -> GuessedCommands:
     """Commands for the usual layouts (a Cargo, npm or Python project at the root), and the
-    setup that installs what a project of that layout declares (with the root
-    pyproject.toml's test extra, when it has one)."""
+    setup that installs what a project of that layout declares: for Python, with the root
+    pyproject.toml's test extra and tox.ini's test requirements (`texts`: SETUP_TEXTS)."""
+    texts = texts or {}
     if "Cargo.toml" in files:
         return GuessedCommands("cargo build --offline", "cargo test --offline",
                                "retcon-sandbox/rust", "Cargo.toml",
@@ -70,12 +117,20 @@ def guess_commands(files: frozenset[str], pyproject: str | None = None) -> Guess
         return GuessedCommands("python3 -m compileall -q .",
                                f"PYTHONPATH=src {test}" if test and src else test, None,
                                "the Python files (a src layout)" if src else "the Python files",
-                               _pip_setup(test_extra(pyproject)) if packaged else None)
+                               _pip_setup(packaged, texts))
     return GuessedCommands()
 
 
-def _pip_setup(extra: str | None) -> str:
-    return f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
+def _pip_setup(packaged: bool, texts: Mapping[str, str]) -> str | None:
+    """`pip install -e .` for a package, with the extras that hold its test dependencies (the
+    pyproject.toml's test extra, else those tox installs), and the requirements tox installs
+    for the tests, each quoted for the shell (`>` is a redirection)."""
+    deps, tox_extras = tox_testenv(texts.get("tox.ini"))
+    named = test_extra(texts.get("pyproject.toml"))
+    extras = (named,) if named else tox_extras
+    project = (f"-e '.[{','.join(extras)}]'" if extras else "-e .") if packaged else ""
+    words = [project, *(shlex.quote(d) for d in deps)] if project or deps else []
+    return " ".join(["pip install", *(w for w in words if w)]) if words else None
 
 
 def toml_string(value: str) -> str:
