@@ -2,13 +2,15 @@
 does the draft reach a complete run, every commit built and tested, and the tree check?
 
     python3 bench/plan_execute.py [--mirrors DIR] [--mode sequential] [--only TEXT]
+    python3 bench/plan_execute.py --guessed [--ranges bench/plan_heldout.toml]
 
 Each range is first checked at its first and last real commit with its project's own setup and
 tests (bench/plan_ranges.toml; `retcon-sandbox verify`): a range whose tests fail at either
 cannot say anything of the draft and is listed as such. Then its messy branch is planned (the
 guessed test command replaced by the project's), executed, and the outcome printed: complete
 with the tree check, or the commit, the phase and the first test that failed (what the draft
-could not make buildable).
+could not make buildable). With --guessed, the draft keeps the build and test commands `plan`
+guessed, and the setup it suggests uncommented: what a user gets by opting in to that one line.
 Slow (real builds and tests): minutes per range. Nothing is asserted.
 """
 
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realhistory import (
     MODES,
+    RANGES,
     Range,
     build,
     find_mirror,
@@ -103,8 +106,13 @@ def gold_spec(r: Range, mirror: Path, repo: Path) -> str:
             + sandbox_section(r) + commits)
 
 
+def opted_in(spec: str) -> str:
+    """The drafted spec with its suggested setup uncommented (`# setup = ...`)."""
+    return spec.replace("\n# setup = ", "\nsetup = ", 1)
+
+
 def measure(r: Range, mode: str, mirror: Path, tmp: Path, tips: dict[str, bool],
-            use_gold: bool) -> Outcome:
+            use_gold: bool, guessed: bool = False) -> Outcome:
     repo = build(tmp / f"{r.name.replace('/', '+')}-{mode}", mirror, r, messify(mirror, r, mode))
     if r.name not in tips:  # the same trees whatever the mode
         tips[r.name] = runs_here(repo, r)
@@ -118,7 +126,8 @@ def measure(r: Range, mode: str, mirror: Path, tmp: Path, tips: dict[str, bool],
                       repo)
         if planned.returncode != 0:
             return Outcome(r.name, mode, 0, f"plan failed: {planned.stderr.strip()[:200]}")
-        spec.write_text(with_commands(spec.read_text(), r))
+        text = spec.read_text()
+        spec.write_text(opted_in(text) if guessed else with_commands(text, r))
     commits = spec.read_text().count("[[commit]]")
     done = run(["execute", "spec.toml", "--non-interactive"], repo)
     if done.returncode == 0 and "Tree check: cleaned == source ✓" in done.stdout:
@@ -136,10 +145,14 @@ def main() -> None:
                         "answers with a reserved address, as a TLS-intercepting one may)")
     parser.add_argument("--gold", action="store_true",
                         help="execute the gold plan instead of plan's draft (one mode is enough)")
+    parser.add_argument("--guessed", action="store_true",
+                        help="keep the draft's guessed commands, its suggested setup uncommented")
+    parser.add_argument("--ranges", type=Path, default=RANGES,
+                        help="the ranges (default: bench/plan_ranges.toml)")
     args = parser.parse_args()
     ALLOWED[:] = args.allow
     roots = mirror_roots(args.mirrors)
-    ranges = [r for r in load_ranges() if r.language == "python" and r.test
+    ranges = [r for r in load_ranges(args.ranges) if r.language == "python" and r.test
               and (not args.only or args.only in r.name)]
     print("| range | mode | commits | outcome |\n|---|---|---:|---|", flush=True)
     outcomes = []
@@ -148,7 +161,7 @@ def main() -> None:
         for r in ranges:
             mirror = find_mirror(r.repo, roots)
             for mode in args.mode or MODES:
-                o = measure(r, mode, mirror, Path(tmp), tips, args.gold)
+                o = measure(r, mode, mirror, Path(tmp), tips, args.gold, args.guessed)
                 outcomes.append(o)
                 print(f"| {o.range} | {o.mode} | {o.commits} | {o.result} |", flush=True)
     runnable = [o for o in outcomes if not o.result.startswith("its tests fail")]
