@@ -34,8 +34,7 @@ class Facts:
     texts: dict[str, str] = field(default_factory=dict)  # source text of changed text files
     base_texts: dict[str, str] = field(default_factory=dict)  # base text of modified/deleted
     log_subjects: tuple[str, ...] = ()  # recent subjects of the remote, for the style
-    setup_texts: dict[str, str] = field(default_factory=dict)  # root files that say what
-    # the tests install (plan/render.py's SETUP_TEXTS), as text
+    setup_texts: dict[str, str] = field(default_factory=dict)  # render.SETUP_TEXTS' text
 
     @property
     def paths(self) -> list[str]:
