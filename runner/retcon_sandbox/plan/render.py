@@ -103,8 +103,7 @@ def guess_commands(files: frozenset[str], texts: Mapping[str, str] | None = None
         locked = bool(files & {"package-lock.json", "npm-shrinkwrap.json"})
         return GuessedCommands(None, "npm test", "retcon-sandbox/node", "package.json",
                                "npm ci" if locked else None)
-    python = sorted({p.split("/")[0] for p in files if p.endswith(".py")})
-    if python:
+    if any(p.endswith(".py") for p in files):
         # what pytest collects by default (test_*.py, *_test.py), or anything in tests/
         has_tests = any(p.rsplit("/", 1)[-1].startswith("test_") or p.endswith("_test.py") or
                         p.startswith("tests/") for p in files if p.endswith(".py"))
@@ -128,9 +127,9 @@ def _pip_setup(packaged: bool, texts: Mapping[str, str]) -> str | None:
     deps, tox_extras = tox_testenv(texts.get("tox.ini"))
     named = test_extra(texts.get("pyproject.toml"))
     extras = (named,) if named else tox_extras
-    project = (f"-e '.[{','.join(extras)}]'" if extras else "-e .") if packaged else ""
-    words = [project, *(shlex.quote(d) for d in deps)] if project or deps else []
-    return " ".join(["pip install", *(w for w in words if w)]) if words else None
+    project = [f"-e '.[{','.join(extras)}]'" if extras else "-e ."] if packaged else []
+    words = [*project, *(shlex.quote(d) for d in deps)]
+    return " ".join(["pip install", *words]) if words else None
 
 
 def toml_string(value: str) -> str:
