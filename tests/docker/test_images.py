@@ -12,11 +12,18 @@ from testcontainers.core.container import DockerContainer
 from retcon_sandbox.backends.docker import sandboximages
 from retcon_sandbox.backends.docker.engine import DockerEngine, engine_version
 
+# Slim as debian:bookworm-slim, bootstrapped or not: no document, manual page or translation
+# files, in the root filesystem or from what the Dockerfiles install (node's nodejs; dpkg
+# still makes a package's links there, as in debian:bookworm-slim).
+SLIM = ("! find /usr/share/doc /usr/share/man /usr/share/locale /usr/share/info -type f "
+        "! -name copyright ! -name locale.alias | grep .")
+
 
 @pytest.mark.parametrize(("name", "checks"), [
     ("base", ["python3 --version", "python3 -m pytest --version", "git --version",
-              "gcc --version", "make --version", "id -u sandbox"]),
-    ("node", ["node --version", "python3 --version"]),
+              "gcc --version", "make --version", "id -u sandbox", SLIM,
+              "test -f /usr/share/doc/git/copyright"]),
+    ("node", ["node --version", "python3 --version", SLIM]),
 ])
 def test_images_carry_their_toolchains(engine: DockerEngine, name: str,
                                        checks: list[str]) -> None:
