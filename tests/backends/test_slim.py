@@ -27,11 +27,14 @@ def test_documents_manuals_and_translations_go_and_copyrights_stay(tmp_path: Pat
     (root / "usr/share/man/man1/python3.1.gz").symlink_to("../../../../etc/kept")
     outside = write(tmp_path, "outside/groff.tmac")
     (root / "usr/share/groff").symlink_to(outside.parent, target_is_directory=True)
+    beyond = write(tmp_path, "beyond/overrides/git")
+    (root / "usr/share/lintian").rename(tmp_path / "unused")
+    (root / "usr/share/lintian").symlink_to(beyond.parent.parent, target_is_directory=True)
 
     sandboximages.slim(root)
 
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
-    assert outside.exists()  # a folder that is a link leads out: left alone
+    assert outside.exists() and beyond.exists()  # a folder through a link out: left alone
     assert left == ["etc/dpkg/dpkg.cfg.d/retcon-sandbox-slim", "etc/kept",
                     "usr/share/doc/git/copyright", "usr/share/locale/locale.alias",
                     "usr/share/zoneinfo/UTC"]

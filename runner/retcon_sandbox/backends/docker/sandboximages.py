@@ -376,8 +376,8 @@ def _exclude(rootfs: Path, folder: str, keep: list[str]) -> None:
     """Every file below `folder` of `rootfs` but those matching a pattern of `keep`, and the
     folders left empty (`folder` itself stays). Links are removed, never followed."""
     top = rootfs / folder.lstrip("/")
-    if top.is_symlink():
-        return  # Debian's packages make none; one would lead out of the root filesystem
+    if not top.resolve().is_relative_to(rootfs.resolve()):
+        return  # through a link out of the root filesystem (Debian's packages make none)
     for directory, folders, files in os.walk(top, topdown=False):
         for name in (*files, *(f for f in folders if (Path(directory) / f).is_symlink())):
             path = Path(directory) / name
