@@ -91,15 +91,16 @@ def timeline(facts: Facts) -> Timeline:
     last: dict[str, int] = {}
     touched: dict[str, list[int]] = {}
     for i, commit in enumerate(facts.commits):
-        files = changed.intersection(commit.paths)
-        if i in swept or not files:
+        files = [p for p in commit.paths if p in changed]  # in the commit's order: a set's
+        if i in swept or not files:  # order changes with the hash seed, and the spec with it
             continue
         for p in files:
             touched.setdefault(p, []).append(fixed.get(i, i))
             last[p] = max(last.get(p, -1), fixed.get(i, i))
     for i in sorted(swept):  # files only a sweep touched: done when it was
-        for p in changed.intersection(facts.commits[i].paths):
-            last.setdefault(p, i)
+        for p in facts.commits[i].paths:
+            if p in changed:
+                last.setdefault(p, i)
     by_commit: dict[int, list[str]] = {}
     for p in facts.paths:
         by_commit.setdefault(last.get(p, len(facts.commits)), []).append(p)
