@@ -159,11 +159,12 @@ def default_remote(repo: Repo, source: str, source_sha: str) -> str:
 # --- what the planner reads ----------------------------------------------------------------
 
 
-def _texts(repo: Repo, wanted: dict[str, str]) -> dict[str, str]:
-    """path -> blob read as UTF-8 text: those under TEXT_LIMIT that are text."""
-    data = repo.small_blobs(list(wanted.values()), TEXT_LIMIT)
-    return {path: text for path, blob in wanted.items()
-            if (text := _decoded(data, blob)) is not None}
+def _texts(repo: Repo, *wanted: dict[str, str]) -> list[dict[str, str]]:
+    """For each of `wanted` (path -> blob), path -> the blob read as UTF-8 text: those under
+    TEXT_LIMIT that are text. The blobs of all are read together, in one batch."""
+    data = repo.small_blobs([blob for w in wanted for blob in w.values()], TEXT_LIMIT)
+    return [{path: text for path, blob in w.items() if (text := _decoded(data, blob)) is not None}
+            for w in wanted]
 
 
 def _decoded(data: dict[str, bytes], blob: str) -> str | None:
@@ -236,12 +237,12 @@ def read_facts(target: Target) -> Facts:
     if not code_only:
         commits = _laid_out(repo, commits, {c.path for c in changes})
     readable = [c for c in changes if not code_only or c.path.endswith(CODE_SUFFIXES)]
-    texts = _texts(repo, {c.path: c.new_blob for c in readable if c.new_blob})
-    base_texts = _texts(repo, {c.path: c.old_blob for c in readable
-                               if c.status != "A" and c.old_blob})
     tree = repo.ls_tree(repo.tree_of(target.source))
-    setup_texts = _texts(repo, {name: entry.sha for name in SETUP_TEXTS
-                                if (entry := tree.get(name)) and entry.mode in REGULAR})
+    texts, base_texts, setup_texts = _texts(
+        repo, {c.path: c.new_blob for c in readable if c.new_blob},
+        {c.path: c.old_blob for c in readable if c.status != "A" and c.old_blob},
+        {name: entry.sha for name in SETUP_TEXTS
+         if (entry := tree.get(name)) and entry.mode in REGULAR})
     return Facts(changes, commits, frozenset(tree), texts, base_texts,
                  tuple(repo.subjects(target.remote, LOG_SUBJECTS)), setup_texts)
 
