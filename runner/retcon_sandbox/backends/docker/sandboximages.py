@@ -49,7 +49,8 @@ ROOTFS_PACKAGES = "python3,python3-pytest,python3-venv,python3-pip,git,gcc,make,
 ROOTFS_REPO = "retcon-sandbox/debian"
 # What debian:bookworm-slim leaves out (debuerreotype's "slim" variant), kept out of a
 # bootstrapped root filesystem too, and by dpkg from what the Dockerfiles install on it: the
-# two ways of building give the same files. They were 4,300 of the base image's 19,300 files,
+# two ways of building give the same files (but for the links dpkg still makes in
+# /usr/share/doc, which slim() removes too). They were 4,300 of the base image's 19,300 files,
 # and on fuse-overlayfs the engine walks every file of an image to commit a prepared
 # environment (bench/image_commit.py).
 SLIM = """path-exclude /usr/share/doc/*
