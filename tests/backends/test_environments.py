@@ -465,7 +465,11 @@ def test_a_result_kept_with_the_git_metadata_made_before_is_not_reused(tmp_path:
                             JsonReporter(io.StringIO()), "main").describe()
 
     assert described(DEFAULTS) != " setup:b5261ac2f7f534a6"  # 0.3.0's key for these settings
-    assert described(DEFAULTS.replace(git_metadata=False)) == " setup:ae74fd8ddcb88581"
+    assert described(DEFAULTS.replace(git_metadata=False)) == " setup:7cb94c9ce1ec435c"
+    # what keys a setup is no part of it without a setup: a new default keeps the results
+    assert described(DEFAULTS.replace(setup_inputs=["x.lock"])) == described(DEFAULTS)
+    with_setup = DEFAULTS.replace(setup="pip install six")
+    assert described(with_setup.replace(setup_inputs=["x.lock"])) != described(with_setup)
 
 
 def test_a_preflight_stamp_is_kept_and_never_written_through_a_symlink(tmp_path: Path) -> None:

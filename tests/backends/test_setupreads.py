@@ -169,3 +169,103 @@ def test_cargo_fetch_keys_what_cargo_reads_not_the_build_script() -> None:
     added = {**base, "Cargo_dot_toml": base["Cargo_dot_toml"] + 'itoa = "1"\n'}
     assert key("cargo fetch", added) != same
     assert key("cargo build", {**base, "build_dot_rs": "x"}) != key("cargo build", base)
+
+
+# --- what a review found (each kept a stale environment: one key for two installs) ----------
+
+
+@pytest.mark.parametrize("command", [
+    "pip install poetry\npoetry install",  # sh runs two commands; shlex read one
+    "pip install -U pip\r\nmake deps",
+    "pip install 'pkg-1.0-py3-none-any.w'hl",  # one word for sh: the tracked wheel
+    "pip install a'b'", 'pip install "six"x',
+    "pip install 'pkg-1.0-py3-none-any.whl[x]'",  # pip installs a tracked archive by name
+    "pip install pkg-1.0.tar.lzma",
+    "pip install -r=requirements.txt",  # optparse reads the file `=requirements.txt`
+    "pip install -r sub/../requirements.txt",  # `sub` may be a link: `..` leaves its target
+    "pip install six==1.0.zip",  # a tracked file, for pip, when it ends as an archive does
+    "pip install six \u00a0",  # a no-break space is a word for sh and shlex, not a name
+])
+def test_what_the_shell_or_pip_reads_otherwise_is_not_classified(command: str) -> None:
+    assert reads(command) is None
+
+
+@pytest.mark.parametrize("text", [
+    "six\n# C:\\tools\\\n./local\n",  # a comment line ends no continuation: ./local is read
+    "six\n  # note \\\n-e .\n",
+    "-r\u00a0base.txt\n",  # pip splits on spaces only: it reads the file `\u00a0base.txt`
+    "-r 'a b.txt'\n",  # and its option lines through shlex: the file `a b.txt`
+    "# -*- coding: utf-7 -*-\nsix==1+AAo-.+AC8-local\n",  # decoded as declared: `./local`
+    "six==1.0.zip\n",
+    "six \\\n# c\n--hash=sha256:ab12\n",  # a line of hashes alone, once the comment broke it
+])
+def test_a_requirements_file_is_read_as_pip_reads_it(text: str) -> None:
+    assert reads("pip install -r r.txt", r_dot_txt=text, base_dot_txt="six\n") is None
+
+
+def test_what_pip_joins_and_a_utf8_cookie_stay_classified() -> None:
+    assert reads("pip install six\n") == set()  # a TOML multi-line string's last new line
+    assert reads("pip install backports.lzma") == set()  # pip's archive is `.tar.lzma`
+    assert reads("pip install -r r.txt", r_dot_txt="six\\\n==1.16.0\npytest  # a note \\\n",
+                 base_dot_txt="") == {"r.txt"}
+    assert reads("pip install -r r.txt", r_dot_txt="# coding: utf-8\nsix\n") == {"r.txt"}
+
+
+def test_npm_ci_is_not_classified_when_anything_runs_at_install() -> None:
+    scripted = {**LOCK, "packages": {**LOCK["packages"], "node_modules/@prisma/client": {  # type: ignore[dict-item]
+        "version": "5.0.0", "hasInstallScript": True}}}
+    assert npm({"name": "shop"}, scripted) is None  # its postinstall reads prisma/schema.prisma
+    assert npm({"name": "shop"}, scripted, "npm ci --ignore-scripts") == \
+        {"package.json", "package-lock.json"}
+    assert npm({"name": "shop"}, LOCK, binding_dot_gyp="{}") is None  # npm runs node-gyp
+    assert npm({"name": "shop", "gypfile": False}, LOCK, binding_dot_gyp="{}") is not None
+    assert npm({"name": "shop"}, {"lockfileVersion": 1, "dependencies": {
+        "x": {"version": "1.0.0"}}}) is None  # a version 1 lock does not say what runs
+
+
+def linked_key(command: str, files: Mapping[str, str], links: Mapping[str, str]) -> str:
+    """key() for a tree with symbolic links (path -> target)."""
+    entries, blobs = tree(**files)
+    for path, target in links.items():
+        sha = hashlib.sha1(b"link " + target.encode()).hexdigest()
+        entries[path] = TreeEntry("120000", sha)
+        blobs[sha] = target.encode()
+    settings = SandboxSettings.parse({"setup": command})
+
+    def link(entry: TreeEntry) -> str:
+        return blobs[entry.sha].decode()
+    fingerprint, known = keyed_inputs(entries, settings, link, blobs.get)
+    return environment_key("sha256:1", settings.setup, True, None, fingerprint, "repo", known)
+
+
+def test_a_file_an_installer_reads_through_a_link_keys_with_its_target() -> None:
+    package = dict(package_dot_json='{"name": "shop"}', package_dash_lock_dot_json=json.dumps(LOCK))
+    npmrc = {".npmrc": "cfg/npmrc"}
+    assert reads("npm ci", **package, cfg__npmrc="") is not None
+    assert linked_key("npm ci", {**package, "cfg__npmrc": ""}, npmrc) != \
+        linked_key("npm ci", {**package, "cfg__npmrc": "omit=dev\n"}, npmrc)
+    crate = dict(Cargo_dot_toml="[package]\n", ci__lock="version = 3\n")
+    cargo_dir = {".cargo": "ci/cargo"}  # a folder as a link: cargo reads its config
+    locked = {**crate, "Cargo_dot_lock": "", "ci__cargo__config_dot_toml": "a"}
+    entries, blobs = tree(**locked)
+    entries[".cargo"] = TreeEntry("120000", "0" * 40)
+    assert known_reads(("cargo fetch",), entries, blobs.get) is None
+    assert linked_key("cargo fetch", locked, cargo_dir) != linked_key(
+        "cargo fetch", {**locked, "ci__cargo__config_dot_toml": "b"}, cargo_dir)
+    assert linked_key("cargo fetch", crate, {"Cargo.lock": "ci/lock"}) != \
+        linked_key("cargo fetch", {**crate, "ci__lock": "version = 4\n"}, {"Cargo.lock": "ci/lock"})
+
+
+def test_the_conservative_keying_holds_what_installers_read_besides_manifests() -> None:
+    husky = dict(package_dot_json='{"name": "a", "scripts": {"prepare": "husky"}}',
+                 package_dash_lock_dot_json=json.dumps(LOCK))
+    assert key("npm ci", husky) != key("npm ci", {**husky, "_dot_npmrc": "omit=dev\n"})
+    crate = dict(Cargo_dot_toml='[package]\nname = "d"\n[dependencies]\nitoa = "1"\n')
+    assert key("cargo fetch", crate) != key("cargo fetch", {
+        **crate, "_dot_cargo__config_dot_toml": "[patch.crates-io]\nitoa = { path = 'x' }\n"})
+    gyp = {**husky, "binding_dot_gyp": "{'targets': [{'sources': ['addon.cc']}]}",
+           "addon_dot_cc": "A"}
+    assert key("npm ci", gyp) != key("npm ci", {**gyp, "addon_dot_cc": "B"})
+    wheel = "pip install 'pkg-1.0-py3-none-any.whl[x]'"
+    assert key(wheel, {"pkg_dash_1_dot_0_dash_py3_dash_none_dash_any_dot_whl": "A"}) != \
+        key(wheel, {"pkg_dash_1_dot_0_dash_py3_dash_none_dash_any_dot_whl": "B"})

@@ -179,9 +179,11 @@ class Environments:
     # -- keys --------------------------------------------------------------------------------
 
     def describe(self) -> str:
-        """What every environment of this run shares: part of the verification cache's key."""
+        """What every environment of this run shares: part of the verification cache's key.
+        What keys a setup counts only with a setup: without one, it changes nothing."""
         git = GIT_METADATA if self.settings.git_metadata else False
-        text = json.dumps({"setup": self.settings.setup, "inputs": self._inputs.items,
+        inputs = self._inputs.items if self.settings.setup else None
+        text = json.dumps({"setup": self.settings.setup, "inputs": inputs,
                            "git": git, "tag": self.tag})
         return f" setup:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 

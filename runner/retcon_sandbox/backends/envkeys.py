@@ -32,7 +32,10 @@ DEFAULT_INPUTS = tuple(f"**/{name}" for name in (
     "pyproject.toml", "setup.py", "setup.cfg", "Pipfile", "Pipfile.lock", "poetry.lock",
     "pdm.lock", "uv.lock",
     "package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
-    "Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "go.mod", "go.sum",
+    "Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "rust-toolchain", ".cargo/config.toml",
+    ".cargo/config", "go.mod", "go.sum",
+    # what the installers read besides: npm's, yarn's and pnpm's settings and hooks
+    ".npmrc", ".yarnrc", ".yarnrc.yml", "pnpm-workspace.yaml", ".pnpmfile.cjs",
 ))
 CACHE_PREFIX = "retcon-sandbox-cache-"
 
@@ -116,7 +119,10 @@ def inputs(entries: dict[str, TreeEntry], patterns: Patterns, setup: tuple[str, 
     of `patterns`, narrowed to what setup reads of it when `read` gives its bytes (the
     dependency tables of pyproject.toml and Cargo.toml), and each tracked file a setup command
     names (`setup_files`), always by its whole content: what setup runs keys it in full."""
-    named = setup_files(setup, entries, link, read, manifest_references(entries, read))
+    links = tuple(p for p, e in entries.items()  # a manifest (or .cargo) as a link: its
+                  if e.mode == "120000" and  # target keys too
+                  (patterns.matches(p) or p.rsplit("/", 1)[-1] == ".cargo"))
+    named = setup_files(setup, entries, link, read, manifest_references(entries, read) + links)
     return {path: (manifests.whole(e.mode, e.sha) if path in named
                    else manifests.parts(path, e.mode, e.sha, read))
             for path, e in sorted(entries.items()) if path in named or patterns.matches(path)}
@@ -176,11 +182,16 @@ def setup_files(setup: tuple[str, ...], entries: dict[str, TreeEntry],
 
 def _lifecycle_named(entries: dict[str, TreeEntry], read: ReadBlob) -> set[str]:
     """What the install scripts of each package.json name (npm runs them on `npm ci`), from
-    that file's directory; the scripts' text itself keys the environment with the file."""
+    that file's directory; the scripts' text itself keys the environment with the file. A
+    `binding.gyp` beside it counts too: npm builds it (`node-gyp rebuild`), from the sources it
+    names."""
     found: set[str] = set()
     for path, entry in entries.items():
         if path.rsplit("/", 1)[-1] != "package.json" or entry.mode not in manifests.REGULAR:
             continue
+        gyp = _joined(path.rpartition("/")[0], "binding.gyp")
+        if gyp in entries:
+            found.add(gyp)
         data = read(entry.sha)
         try:
             scripts = json.loads(data or b"{}").get("scripts")
@@ -203,6 +214,7 @@ def _named_by(text: str, directories: list[str]) -> set[str]:
     words = _WORD.findall(text)
     for previous, word in zip(["", *words], words, strict=False):
         candidates = {word, word[2:]} if word.startswith("-") and len(word) > 2 else {word}
+        candidates.add(re.sub(r"\[[^\]]*\]$", "", word))  # pip's `pkg.whl[extra]`
         if previous == "-m":
             candidates.update(_module_paths(word))
         for path in filter(None, map(_normal, candidates)):

@@ -9,12 +9,18 @@ environment is keyed on exactly those files, not on every manifest of the tree.
 - `cargo fetch` with a `Cargo.lock` at the root reads the lock, every `Cargo.toml` (workspace
   members and path dependencies), `.cargo/config(.toml)` and `rust-toolchain(.toml)`.
 - `npm ci` reads `package.json`, its lock and `.npmrc`, when the package has no workspaces, no
-  local (`file:`, linked) dependency and no install script (or `--ignore-scripts`).
+  local (`file:`, linked) dependency and nothing that runs at install (or `--ignore-scripts`):
+  no install script of its own, no `binding.gyp` (npm builds it), and no dependency the lock
+  marks `hasInstallScript` (a generator such as Prisma's reads the tree).
 
-A setup entry may chain such commands with `&&`. Anything else (another program, another
-option, a path, a URL, a variable, a glob, a redirection, `;`, `|`) is not classified, and the
-whole setup keeps the conservative keying (every manifest, see `envkeys.DEFAULT_INPUTS`):
-a wrong classification would keep a stale environment, a missed one only prepares more often.
+A setup entry may chain such commands with `&&`, on one line. Anything else (another program,
+another option, a path, a URL, a variable, a glob, a redirection, `;`, `|`, a new line, a
+quote joined to a word) is not classified, and neither is a file it reads that is not a
+regular file (a link): the whole setup keeps the conservative keying (every manifest, see
+`envkeys.DEFAULT_INPUTS`). A wrong classification would keep a stale environment, a missed
+one only prepares more often; requirements files are read as pip reads them (its line
+joining and comments), and anything pip would read otherwise (another encoding, quotes in an
+option line) is not classified.
 Pure: the tree's entries and a reader of its blobs, no git, no Docker.
 """
 
@@ -39,7 +45,7 @@ _REQUIREMENT = re.compile(rf"{_NAME}(?:\[\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\])?"
                           rf"\s*(?:{_SPEC}(?:\s*,\s*{_SPEC})*)?")
 _MARKER = re.compile(r"[A-Za-z0-9_.'\"<>=!~ ()]*")  # after `;`: no path, URL or variable
 _ARCHIVES = (".whl", ".zip", ".tar", ".gz", ".tgz", ".bz2", ".tbz", ".xz", ".txz", ".tlz",
-             ".lz")
+             ".lz", ".tar.lzma")
 _URL = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
 # pip's options that name no file (with the values they take, if any)
 _PIP_FLAGS = frozenset({"-U", "--upgrade", "--no-deps", "-q", "--quiet", "-v", "--verbose",
@@ -59,6 +65,8 @@ _LINE_VALUES = {k: v for k, v in _PIP_VALUES.items()
                          "--no-binary")}
 _LINE_FLAGS = frozenset({"--pre", "--prefer-binary", "--require-hashes", "--no-index"})
 _HASH = re.compile(r"--hash[= ](sha256|sha384|sha512):[0-9a-f]+")
+_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE
+_CODING = re.compile(rb"coding[:=]\s*([-\w.]+)")  # pip decodes a file by such a cookie
 _REQ_FILES = 32  # the most requirements files followed (a cycle ends too)
 _REQ_LIMIT = 256 * 1024
 
@@ -94,12 +102,19 @@ def known_reads(setup: tuple[str, ...], entries: Entries, read: ReadBlob
                 found |= command_reads(argv, entries, read)
     except Unknown:
         return None
+    if any(entries[path].mode not in REGULAR for path in found):
+        return None  # a link: the tool reads its target, which the key would not hold
     return frozenset(found)
 
 
 def simple_commands(text: str) -> list[list[str]]:
     """`text` as the simple commands `&&` joins, each a list of words, when no word is one
-    the shell would expand or glob, and nothing but `&&` joins them (Unknown otherwise)."""
+    the shell would expand or glob, and nothing but `&&` joins them (Unknown otherwise). A new
+    line ends a command for the shell (not for shlex), and a quote joined to a word makes one
+    word for the shell (two for shlex in this mode): neither is classified."""
+    text = text.strip(" \t\r\n")  # what sh ignores around a command
+    if "\n" in text or "\r" in text:
+        raise Unknown("a command on several lines")
     lexer = shlex.shlex(text, posix=False, punctuation_chars=True)
     lexer.commenters = ""
     lexer.whitespace_split = True
@@ -107,6 +122,7 @@ def simple_commands(text: str) -> list[list[str]]:
         raw = list(lexer)
     except ValueError:
         raise Unknown("unbalanced quotes") from None
+    _separated(text, raw)
     commands: list[list[str]] = [[]]
     for token in raw:
         if token == "&&":
@@ -118,6 +134,23 @@ def simple_commands(text: str) -> list[list[str]]:
     if any(not words for words in commands):
         raise Unknown("an empty command")
     return commands
+
+
+def _separated(text: str, tokens: list[str]) -> None:
+    """Unknown unless each word of `tokens` stands apart in `text` (whitespace or an operator
+    on each side), as it does for the shell."""
+    position = 0
+    for token in tokens:
+        while position < len(text) and text[position] in " \t\r\n":  # shlex's whitespace
+            position += 1
+        if not text.startswith(token, position):
+            raise Unknown(f"a word the shell reads otherwise: {token!r}")
+        end = position + len(token)
+        after = text[end:end + 1]
+        operator = set(token) <= set("();<>|&")
+        if not operator and after and not after.isspace() and after not in "();<>|&":
+            raise Unknown(f"a word joined to the next: {token!r}")
+        position = end
 
 
 def _word(token: str) -> str:
@@ -158,9 +191,13 @@ def _options(args: list[str], flags: frozenset[str], values: dict[str, str]
             continue
         if word in flags:
             continue
-        name, eq, value = word.partition("=")
-        if not eq and len(word) > 2 and not word.startswith("--") and word[:2] in values:
-            name, value, eq = word[:2], word[2:], "="
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+        else:  # `-rFILE`; `-r=FILE` names the file `=FILE` for pip (optparse)
+            name, value = word[:2], word[2:]
+            eq = "=" if value else ""
+            if value.startswith("="):
+                raise Unknown(f"option {word!r}")
         if name not in values:
             raise Unknown(f"option {word!r}")
         if not eq:
@@ -183,11 +220,15 @@ def _pip(args: list[str], entries: Entries, read: ReadBlob) -> set[str]:
 
 
 def _requirement(text: str) -> None:
-    """A requirement by name (no path, archive, URL or direct reference), or Unknown."""
+    """A requirement by name (no path, archive, URL or direct reference), or Unknown. pip
+    installs a tracked archive named without a folder (`pkg-1.0-py3-none-any.whl[x]`): a name
+    that ends as an archive does, extras or not, is not one."""
     spec, _, marker = text.partition(";")
     spec = spec.strip()
-    if not _REQUIREMENT.fullmatch(spec) or spec.lower().endswith(_ARCHIVES) or \
-            not _MARKER.fullmatch(marker):
+    name = re.match(_NAME, spec)
+    bare = re.sub(r"\[[^\]]*\]$", "", spec).lower()  # pip strips trailing extras only
+    if not _REQUIREMENT.fullmatch(spec) or name is None or bare.endswith(_ARCHIVES) or \
+            name.group(0).lower().endswith(_ARCHIVES) or not _MARKER.fullmatch(marker):
         raise Unknown(f"not a requirement by name: {text!r}")
 
 
@@ -209,6 +250,10 @@ def _requirements_files(names: list[str], directory: str, entries: Entries, read
         data = read(entry.sha)
         if data is None or len(data) > _REQ_LIMIT:
             raise Unknown(f"requirements file {path!r} unread")
+        cookies = [_CODING.search(line) for line in data.split(b"\n")[:2]
+                   if line.startswith(b"#")]
+        if any(c is not None and c.group(1).lower() not in (b"utf-8", b"utf8") for c in cookies):
+            raise Unknown(f"requirements file {path!r} declares another encoding")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -220,17 +265,21 @@ def _requirements_files(names: list[str], directory: str, entries: Entries, read
 
 def _requirement_lines(text: str) -> list[str]:
     """The files a requirements file's `-r`/`-c` lines name; Unknown for any line that names
-    another file, a path, a URL, an editable install or a variable."""
+    another file, a path, a URL, an editable install or a variable, or that pip would split
+    otherwise than on ASCII spaces (quotes and escapes in an option line: pip's shlex)."""
     named: list[str] = []
-    joined = re.sub(r"\\\r?\n", " ", text)
-    for raw in joined.splitlines():
-        line = re.sub(r"(^|\s)#.*", "", raw).strip()
+    for raw in _logical_lines(text):
+        line = _COMMENT.sub("", raw).strip()
         if not line:
             continue
-        if "${" in line:
-            raise Unknown("a variable in a requirements file")
+        if "${" in line or not line.isascii():
+            raise Unknown("a variable or a character beyond ASCII in a requirements file")
         line = _HASH.sub("", line).strip()
         words = line.split()
+        if not words:
+            raise Unknown("a requirements file's line of hashes alone")
+        if words[0].startswith("-") and set(line) & set("'\"\\"):
+            raise Unknown("a quote or an escape in a requirements file's option line")
         if words[0].startswith("-"):
             _, pairs = _options(words, _LINE_FLAGS, {**_LINE_VALUES,
                                                      **{k: r".+" for k in _PIP_FILES}})
@@ -240,19 +289,39 @@ def _requirement_lines(text: str) -> list[str]:
     return named
 
 
+def _logical_lines(text: str) -> list[str]:
+    """A requirements file's lines as pip joins them (its `join_lines`): a line ending in `\\`
+    goes on in the next, unless it holds a comment; a comment line ends a continued one."""
+    out: list[str] = []
+    pending: list[str] = []
+    for line in text.splitlines():
+        comment = _COMMENT.match(line) is not None
+        if not line.endswith("\\") or comment:
+            line = " " + line if comment else line
+            out.append("".join([*pending, line]))
+            pending = []
+        else:
+            pending.append(line.strip("\\"))
+    if pending:
+        out.append("".join(pending))
+    return out
+
+
 def _path(directory: str, name: str) -> str:
     """A file named from `directory`, as a repository path; Unknown when it climbs out or is
     absolute (not the tree's)."""
     if name.startswith(("/", "~")) or ":" in name:
         raise Unknown(f"{name!r}: not a path in the tree")
     parts = [p for p in directory.split("/") if p]
+    named = False  # `..` after a folder the name gives: that folder may be a link
     for part in name.split("/"):
         if part == "..":
-            if not parts:
-                raise Unknown(f"{name!r} climbs out of the tree")
+            if not parts or named:
+                raise Unknown(f"{name!r} climbs out of the tree, or out of a folder it names")
             parts.pop()
         elif part not in ("", "."):
             parts.append(part)
+            named = True
     return "/".join(parts)
 
 
@@ -260,6 +329,8 @@ def _cargo(args: list[str], entries: Entries) -> set[str]:
     positional, _ = _options(args, _CARGO_FLAGS, _CARGO_VALUES)
     if positional or "Cargo.lock" not in entries or "Cargo.toml" not in entries:
         raise Unknown("cargo fetch without a Cargo.lock at the root")
+    if ".cargo" in entries:  # a link, not a folder: cargo reads its target's config
+        raise Unknown("a .cargo that is not a folder")
     manifests = {p for p in entries if p.rsplit("/", 1)[-1] == "Cargo.toml"}
     return manifests | {p for p in _CARGO_READS if p in entries}
 
@@ -272,13 +343,11 @@ def _npm(args: list[str], entries: Entries, read: ReadBlob) -> set[str]:
     package, locked = _json(entries["package.json"], read), _json(entries[lock], read)
     if "workspaces" in package:
         raise Unknown("a package with workspaces")
-    scripts = package.get("scripts")
-    runs = isinstance(scripts, dict) and any(name in scripts for name in _LIFECYCLE)
-    if runs and "--ignore-scripts" not in args:
-        raise Unknown("a package with install scripts")
     packages = locked.get("packages", {})
     if not isinstance(packages, dict) or not isinstance(locked.get("dependencies", {}), dict):
         raise Unknown("a lock file of another form")
+    if "--ignore-scripts" not in args and _runs_at_install(package, packages, entries):
+        raise Unknown("a package or dependency that runs a script at install")
     for where, record in packages.items():
         local = where != "" and not where.startswith("node_modules/")  # a workspace's
         if not isinstance(record, dict) or local or record.get("link") or \
@@ -287,6 +356,21 @@ def _npm(args: list[str], entries: Entries, read: ReadBlob) -> set[str]:
     if _local_dependency(locked.get("dependencies", {})):
         raise Unknown("a local dependency (lockfile version 1)")
     return {p for p in _NPM_READS if p in entries}
+
+
+def _runs_at_install(package: dict[str, object], packages: dict[str, object],
+                     entries: Entries) -> bool:
+    """Whether `npm ci` runs anything of the package's or a dependency's: a lifecycle script,
+    the `node-gyp rebuild` npm runs for a `binding.gyp` at the root, or a dependency's script
+    (the lock says `hasInstallScript`; a lock of version 1 does not say, so it may)."""
+    scripts = package.get("scripts")
+    if isinstance(scripts, dict) and any(name in scripts for name in _LIFECYCLE):
+        return True
+    if "binding.gyp" in entries and package.get("gypfile") is not False:
+        return True
+    if not packages:
+        return True
+    return any(isinstance(r, dict) and r.get("hasInstallScript") for r in packages.values())
 
 
 def _local_dependency(dependencies: object) -> bool:
