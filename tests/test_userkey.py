@@ -169,3 +169,11 @@ def test_a_random_or_long_enough_key_is_taken(state: Path, monkeypatch: pytest.M
     monkeypatch.setenv(userkey.ENV, secret)
     userkey._loaded.clear()
     assert userkey.load().secret == secret.encode()
+
+
+def test_any_text_as_a_mac_is_only_a_mac_that_does_not_verify(state: Path) -> None:
+    """A manifest or note from anyone may carry any text where its HMAC goes."""
+    key = userkey.load()
+    assert key.verify(b"data", key.mac(b"data"))
+    for mac in ("é" * 64, "", key.mac(b"data")[:-1], "\udcff" * 64):
+        assert not key.verify(b"data", mac)

@@ -47,7 +47,8 @@ class UserKey:
         return hmac.new(self.secret, data, hashlib.sha256).hexdigest()
 
     def verify(self, data: bytes, mac: str) -> bool:
-        return hmac.compare_digest(self.mac(data), mac)
+        """Whether `mac` is `data`'s HMAC (an untrusted `mac` of any text is just False)."""
+        return mac.isascii() and hmac.compare_digest(self.mac(data), mac)
 
     def digest(self, purpose: str, value: object) -> str:
         """A keyed digest of `value` (JSON-able): equal values give equal digests under one key,

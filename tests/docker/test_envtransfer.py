@@ -5,10 +5,12 @@ file another key made, a changed archive, or another repository's, loads nothing
 from __future__ import annotations
 
 import io
+import json
 import os
 import secrets
 import subprocess
 import tarfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,7 +28,7 @@ MADE: list[str] = []
 @pytest.fixture(scope="module", autouse=True)
 def remove_prepared(engine: DockerEngine) -> Iterator[None]:
     yield
-    for tag in MADE:
+    for tag in set(MADE):
         engine.remove_image(tag)
 
 
@@ -41,8 +43,9 @@ def setups(clone: Path, spec: Path) -> list[dict[str, object]]:
     return [e for e in found if e["event"] == "setup"]
 
 
-def images(action: str, file: Path, repo: Path, env: dict[str, str]) -> tuple[int, str]:
-    result = cli("images", action, str(file), "--repo", str(repo), env=env, timeout=900)
+def images(action: str, file: Path, repo: Path, env: dict[str, str], *more: str
+           ) -> tuple[int, str]:
+    result = cli("images", action, str(file), "--repo", str(repo), *more, env=env, timeout=900)
     return result.code, result.out + result.err
 
 
@@ -82,9 +85,59 @@ def test_environments_travel_to_another_clone_and_nothing_else_loads(
     assert code == 1 and "belong to another repository" in log, log
     assert not any(engine.has_image(tag) for tag in set(MADE))  # nothing was loaded
 
-    code, log = images("import", file, clone, KEY)
-    assert code == 0 and "Imported 1 prepared environment(s)" in log, log
+    for name, hostile in _hostile(file).items():  # each refused quickly, as a refusal
+        started = time.monotonic()
+        code, log = images("import", _write(tmp_path / f"{name}.tar", hostile), clone, KEY)
+        assert code == 1 and "nothing was loaded" in log and "internal error" not in log, log
+        assert time.monotonic() - started < 60, name
+
+    code, log = images("import", file, clone, KEY, "--json")
+    (imported,) = [e for e in events(log) if e["event"] == "environments_imported"]
+    MADE.extend(imported["environments"])  # type: ignore[arg-type]
+    assert code == 0 and len(imported["environments"]) == 1, log  # type: ignore[arg-type]
     assert setups(clone, spec) == []  # found where the clone's own setup would have put it
+    code, log = images("export", tmp_path / "again.tar", clone, KEY)  # and travels on
+    assert code == 0 and "Exported 1 prepared environment(s)" in log, log
+
+
+def _hostile(export: Path) -> dict[str, list[tuple[tarfile.TarInfo, bytes]]]:
+    """Files made from a genuine export by someone without the key: its members reordered, an
+    archive that claims a petabyte in 512 bytes (a sparse member) beside the genuine manifest,
+    and manifests that only a parser would choke on."""
+    with tarfile.open(export) as tar:
+        manifest, archive = (_read(tar, name) for name in ("environments.json", "images.tar"))
+    sparse = tarfile.TarInfo("images.tar")
+    sparse.size, sparse.pax_headers = 512, {"GNU.sparse.size": str(10 ** 15),
+                                            "GNU.sparse.map": "0,512",
+                                            "GNU.sparse.name": "images.tar"}
+    mac = json.loads(manifest)["mac"]
+    return {
+        "reordered": [_info("images.tar", archive), _info("environments.json", manifest)],
+        "sparse": [_info("environments.json", manifest), (sparse, b"A" * 512)],
+        "deep": [_info("environments.json", b"[" * 200_000), _info("images.tar", b"")],
+        "accented": [_info("environments.json", manifest.replace(mac.encode(),
+                                                                 "é".encode() * 64)),
+                     _info("images.tar", archive)],
+    }
+
+
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    handle = tar.extractfile(name)
+    assert handle is not None
+    return handle.read()
+
+
+def _info(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _write(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as out:
+        for info, data in members:
+            out.addfile(info, io.BytesIO(data))
+    return path
 
 
 def _rewrite(source: Path, target: Path, archive: Callable[[bytes], bytes]) -> None:

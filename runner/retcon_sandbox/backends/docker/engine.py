@@ -533,10 +533,11 @@ class DockerEngine:
             raise ImageError(f"cannot inspect image {name}: {_first_line(exc)}") from None
         return _record(attrs, (attrs.get("Config") or {}).get("Labels"))
 
-    def images_labelled(self, label: str, value: str) -> list[ImageRecord]:
-        """Every image whose `label` is `value`."""
+    def images_labelled(self, label: str, value: str | None = None) -> list[ImageRecord]:
+        """Every image whose `label` is `value` (with None: that has `label`)."""
         try:
-            found = self.client.api.images(filters={"label": f"{label}={value}"})
+            found = self.client.api.images(
+                filters={"label": label if value is None else f"{label}={value}"})
         except engine_errors() as exc:
             raise ImageError(f"cannot list images: {_first_line(exc)}") from None
         return [_record(i, i.get("Labels")) for i in found]
