@@ -364,8 +364,10 @@ def test_the_git_metadata_is_made_by_the_systems_git_not_one_a_setup_planted(
     result = cli("verify", "main~2..main", "--spec", str(spec), "-j", "2", "--no-cache",
                  "--setup-network", "none", "--json", cwd=path,
                  env={"RETCON_SANDBOX_VERIFY_PREPARE": "command"})
-    assert result.code == 0, result.out + result.err
     found = events(result.out)
+    for tag in {str(e["tag"]) for e in found if e["event"] == "setup_ready"}:
+        engine.remove_image(tag)  # the environment it prepared: no other test uses it
+    assert result.code == 0, result.out + result.err
     assert [e["tests"] for e in found if e["event"] == "commit_verified"] == ["PASS"] * 2
     assert not [e for e in found if e["event"] == "warning"], found
     assert not ours(engine, tmp_path)
