@@ -8,7 +8,7 @@ import posixpath
 import re
 from collections.abc import Iterable
 
-_PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[\w \t,]*)",
+_PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)(\w[\w.]*)?[ \t]+import[ \t]+(\([^)]*\)|[\w \t,]*)",
                       re.MULTILINE)
 _PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
 _RS_MOD = re.compile(r"^[ \t]*(?:pub(?:\([\w\s]*\))?\s+)?mod\s+(\w+)\s*;", re.MULTILINE)

@@ -508,7 +508,9 @@ def test_a_subject_is_recased_only_where_its_first_word_is_a_plain_word(
 
 
 @pytest.mark.parametrize("text", ["\n" * 200_000 + "x", "export {a\n" * 50_000,
-                                  "from a import (" * 30_000, "pub use " + "{" * 200_000])
+                                  "from a import (" * 30_000, "pub use " + "{" * 200_000,
+                                  "pub\n" * 20_000, "export default\n" * 8_000,
+                                  "async\n" * 15_000, "from " + "." * 15_000])
 def test_what_a_change_defines_is_read_in_linear_time(text: str) -> None:
     """Untrusted file contents: a pattern that rescans the rest of the text at every line
     would take hours on a file of blank lines."""

@@ -100,6 +100,10 @@ def test_tox_ini_s_test_requirements_join_the_suggested_setup() -> None:
         "pip install -e '.[test]'"  # the pyproject's own test extra first
     spaced = "[testenv]\nextras = tests\n    # a comment\n\n\tcov\ndeps=a\nx" + " " * 99_999 + "y\n"
     assert guess_commands(files, {"tox.ini": spaced}).setup == "pip install -e '.[tests,cov]' a"
+    archives = ("[testenv]\ndeps =\n    pytest\n    evil-1.0-py3-none-any.whl\n    mal.tar.gz\n"
+                "    six==1.0.zip\n    pkg.tar.lzma[x]\n    backports.lzma\n")  # pip: files
+    assert guess_commands(files, {"tox.ini": archives}).setup == \
+        "pip install -e . pytest backports.lzma"
     many = "[testenv]\ndeps =\n" + "".join(f"    p{i}\n" for i in range(50))
     assert len((guess_commands(files, {"tox.ini": many}).setup or "").split()) == 4 + 20
 

@@ -55,7 +55,8 @@ def derive(facts: Facts, touched: Mapping[str, Sequence[int]] | None = None) -> 
     return Derived(paths, status, kinds, deps, stops)
 
 
-_DEFINITION = re.compile(r"^[ \t]*(?:pub(?:\([\w\s]*\))?\s+|export\s+(?:default\s+)?|async\s+)*"
+_DEFINITION = re.compile(r"^[ \t]*(?:pub(?:\([\w \t]*\))?[ \t]+|export[ \t]+(?:default[ \t]+)?|"
+                         r"async[ \t]+)*"  # on the line: across lines, each would rescan
                          r"(?:def|class|fn|struct|enum|trait|type|const|static|let|var|"
                          r"function|interface|mod)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*[:=]",
                          re.MULTILINE)
