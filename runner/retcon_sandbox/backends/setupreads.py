@@ -225,11 +225,19 @@ def _requirement(text: str) -> None:
     that ends as an archive does, extras or not, is not one."""
     spec, _, marker = text.partition(";")
     spec = spec.strip()
-    name = re.match(_NAME, spec)
-    bare = re.sub(r"\[[^\]]*\]$", "", spec).lower()  # pip strips trailing extras only
-    if not _REQUIREMENT.fullmatch(spec) or name is None or bare.endswith(_ARCHIVES) or \
-            name.group(0).lower().endswith(_ARCHIVES) or not _MARKER.fullmatch(marker):
+    if not _REQUIREMENT.fullmatch(spec) or local_archive(spec) or \
+            not _MARKER.fullmatch(marker):
         raise Unknown(f"not a requirement by name: {text!r}")
+
+
+def local_archive(requirement: str) -> bool:
+    """Whether pip would install `requirement` from a file of the working directory
+    (`pkg-1.0-py3-none-any.whl[x]`, `six==1.0.zip`): its name, or all of it with its trailing
+    extras stripped (as pip strips them), ends as an archive does."""
+    name = re.match(_NAME, requirement)
+    bare = re.sub(r"\[[^\]]*\]$", "", requirement).lower()
+    return bare.endswith(_ARCHIVES) or name is None or \
+        name.group(0).lower().endswith(_ARCHIVES)
 
 
 def _requirements_files(names: list[str], directory: str, entries: Entries, read: ReadBlob

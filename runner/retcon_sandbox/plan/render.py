@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from retcon_sandbox.backends import manifests
+from retcon_sandbox.backends.setupreads import local_archive
 from retcon_sandbox.paths import control_character
 from retcon_sandbox.plan.draft import Group
 from retcon_sandbox.spec.tomltext import basic_string
@@ -38,9 +39,6 @@ REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?"
                          r"((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]+)?"
                          r"(,(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]+)*")
 EXTRA = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# pip installs a file of the working directory named so, and runs what it holds
-ARCHIVES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz",
-            ".tlz", ".tar.lz", ".tar.lzma")
 MOST_DEPS = 20
 LONGEST = 1000  # characters of a tox.ini line read
 
@@ -65,18 +63,9 @@ def tox_testenv(tox: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     values = _testenv_values(tox or "", ("deps", "extras"))
     deps = [line.replace(" ", "") for line in values["deps"]]
     extras = [e.strip() for line in values["extras"] for e in line.split(",")]
-    plain = [d for d in deps if REQUIREMENT.fullmatch(d) and not _archive(d)]
+    plain = [d for d in deps if REQUIREMENT.fullmatch(d) and not local_archive(d)]
     return (tuple(dict.fromkeys(plain))[:MOST_DEPS],
             tuple(dict.fromkeys(e for e in extras if EXTRA.fullmatch(e)))[:MOST_DEPS])
-
-
-def _archive(requirement: str) -> bool:
-    """Whether pip would install `requirement` from a file (`pkg-1.0-py3-none-any.whl`,
-    `pkg.tar.gz[x]`, `six==1.0.zip`): a tracked one would run the repository's code."""
-    name = EXTRA.match(requirement)
-    bare = re.sub(r"\[[^\]]*\]$", "", requirement).lower()
-    return bare.endswith(ARCHIVES) or (name is not None and
-                                       name.group(0).lower().endswith(ARCHIVES))
 
 
 def _testenv_values(ini: str, keys: tuple[str, ...]) -> dict[str, list[str]]:
